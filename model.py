@@ -1,0 +1,274 @@
+"""GPT-2 / Llama-2 style decoder whose fields are the paper's toggles.
+
+    from model import GPT, GPTConfig
+    model = GPT(GPTConfig(attn='softmax1', norm='rmsnorm_single', bias=False))
+    logits, loss = model(idx, targets)                     # training path (fused SDPA)
+    logits, loss, trace = model(idx, analysis=True)        # + per-layer hidden states, attention
+
+Attention is softmax or softmax-1, exp(x_i) / (1 + sum_j exp(x_j)). Softmax-1 equals softmax over
+the real keys plus one extra "sink" key whose logit is 0 and whose value is 0, seen by every query.
+The training path realises exactly that inside F.scaled_dot_product_attention (flash/efficient
+kernels, no T x T matrix): a zero key/value is prepended *and* a dummy query is prepended, so the
+square (T+1) x (T+1) causal mask lets real query i see the sink plus real keys 0..i. The dummy
+query's output row is dropped.
+
+The analysis path (analysis=True) recomputes attention eagerly and returns, per layer, the hidden
+state after the block's residual additions and the attention probabilities (for softmax-1 each row
+sums to < 1; the remainder is the mass that went nowhere).
+"""
+import math
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CHOICES = {
+    'attn': ('softmax', 'softmax1'),
+    'norm': ('layernorm', 'rmsnorm', 'rmsnorm_single'),
+    'pos_emb': ('absolute', 'rotary', 'none'),
+    'mlp': ('gelu', 'swiglu'),
+}
+
+
+@dataclass
+class GPTConfig:
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    block_size: int = 256
+    vocab_size: int = 50257       # real vocabulary; the embedding is padded to a multiple of 64
+    dropout: float = 0.0
+    bias: bool = True             # biases in every Linear layer and in LayerNorm
+    attn: str = 'softmax'         # 'softmax' | 'softmax1'
+    norm: str = 'layernorm'       # 'layernorm' | 'rmsnorm' (RMSNorm-M) | 'rmsnorm_single' (RMSNorm-S)
+    pos_emb: str = 'absolute'     # 'absolute' | 'rotary' | 'none'
+    mlp: str = 'gelu'             # 'gelu' (GPT-2) | 'swiglu' (Llama-2)
+    causal_free_prefix: int = 0   # first k tokens attend to each other without causal masking
+
+    def __post_init__(self):
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"GPTConfig.{name}={getattr(self, name)!r} is invalid; allowed: {', '.join(allowed)}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ('int', int) and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"GPTConfig.{f.name} must be an int, got {value!r}")
+        for name in ('n_layer', 'n_head', 'n_embd', 'block_size', 'vocab_size'):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GPTConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"GPTConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if self.pos_emb == 'rotary' and (self.n_embd // self.n_head) % 2:
+            raise ValueError("GPTConfig.pos_emb='rotary' needs an even head size (n_embd / n_head)")
+        if not 0 <= self.causal_free_prefix <= self.block_size:
+            raise ValueError(f"GPTConfig.causal_free_prefix must be in [0, block_size], got {self.causal_free_prefix}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def padded_vocab_size(self):
+        return -(-self.vocab_size // 64) * 64
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a per-channel scale ('rmsnorm', RMSNorm-M) or one scalar scale ('rmsnorm_single')."""
+
+    def __init__(self, dim, single):
+        super().__init__()
+        self.dim = dim
+        self.weight = nn.Parameter(torch.ones(1 if single else dim))
+
+    def forward(self, x):
+        return F.rms_norm(x, (self.dim,), eps=1e-5) * self.weight
+
+
+def make_norm(config):
+    if config.norm == 'layernorm':
+        return nn.LayerNorm(config.n_embd, bias=config.bias)
+    return RMSNorm(config.n_embd, single=config.norm == 'rmsnorm_single')
+
+
+def rotary_tables(head_dim, block_size, base=10000.0):
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(block_size, dtype=torch.float64), inv_freq)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rotary(x, cos, sin):
+    """Rotate channel pairs (first half, second half) of x (B, H, T, d) by position-dependent angles."""
+    T = x.size(-2)
+    cos, sin = cos[:T].to(x.dtype), sin[:T].to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+def attention_mask(T, prefix, device):
+    """Boolean (T, T) mask, True = may attend: causal, except the first `prefix` tokens see each other."""
+    i = torch.arange(T, device=device)
+    mask = i[None, :] <= i[:, None]
+    if prefix:
+        mask[:prefix, :prefix] = True
+    return mask
+
+
+def attention(q, k, v, config, dropout_p=0.0):
+    """Fused attention for the training path: softmax or exact softmax-1, causal (+ free prefix)."""
+    prefix = config.causal_free_prefix
+    if config.attn == 'softmax1':
+        pad = q.new_zeros(q.shape[:2] + (1, q.size(-1)))       # dummy query, zero key, zero value
+        q, k, v = (torch.cat((pad, t), dim=2) for t in (q, k, v))
+        prefix = prefix + 1 if prefix else 0                    # the sink joins the free prefix
+    if prefix:
+        mask = attention_mask(q.size(2), prefix, q.device)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    else:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+    return y[:, :, 1:] if config.attn == 'softmax1' else y
+
+
+def attention_probs(q, k, config):
+    """Eager attention probabilities (B, H, T, T) for the analysis path; softmax-1 rows sum to < 1."""
+    T = q.size(2)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    scores = scores.float().masked_fill(~attention_mask(T, config.causal_free_prefix, q.device), float('-inf'))
+    if config.attn == 'softmax':
+        return torch.softmax(scores, dim=-1)
+    # exp(s_i) / (1 + sum_j exp(s_j)), stabilised by the row max m (clamped at 0 so the "1" cannot overflow)
+    m = scores.amax(dim=-1, keepdim=True).clamp_min(0)
+    e = torch.exp(scores - m)
+    return e / (torch.exp(-m) + e.sum(dim=-1, keepdim=True))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.n_head = config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, rotary, trace):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if trace is None:
+            y = attention(q, k, v, self.config, self.config.dropout if self.training else 0.0)
+        else:
+            probs = attention_probs(q, k, self.config)
+            trace['attn'].append(probs)
+            y = (probs @ v.float()).to(v.dtype)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.swiglu = config.mlp == 'swiglu'
+        if self.swiglu:   # Llama-2: hidden = 8/3 * n_embd rounded up to 64, same parameters as 4 * n_embd GELU
+            hidden = -(-(8 * config.n_embd // 3) // 64) * 64
+            self.c_gate = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        else:
+            hidden = 4 * config.n_embd
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        h = F.silu(self.c_gate(x)) * self.c_fc(x) if self.swiglu else F.gelu(self.c_fc(x))
+        return self.dropout(self.c_proj(h))
+
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = make_norm(config)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = make_norm(config)
+        self.mlp = MLP(config)
+
+    def forward(self, x, rotary, trace=None):
+        x = x + self.attn(self.ln_1(x), rotary, trace)
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        modules = dict(
+            wte=nn.Embedding(config.padded_vocab_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=make_norm(config),
+        )
+        if config.pos_emb == 'absolute':
+            modules['wpe'] = nn.Embedding(config.block_size, config.n_embd)
+        self.transformer = nn.ModuleDict(modules)
+        self.lm_head = nn.Linear(config.n_embd, config.padded_vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight    # weight tying
+        if config.pos_emb == 'rotary':
+            cos, sin = rotary_tables(config.n_embd // config.n_head, config.block_size)
+            self.register_buffer('rope_cos', cos, persistent=False)
+            self.register_buffer('rope_sin', sin, persistent=False)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():   # GPT-2: residual projections scaled by 1/sqrt(2 n_layer)
+            if name.endswith('c_proj.weight'):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, exclude_embeddings=False):
+        """Number of parameters (tied weights once). exclude_embeddings drops token/position tables."""
+        n = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            n -= self.transformer.wte.weight.numel()
+            if 'wpe' in self.transformer:
+                n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def flops_per_token(self, seq_len=None):
+        """Training FLOPs per token (forward + backward): 6 N + 12 L T C (PaLM appendix B convention),
+        N counting every matmul weight including the tied LM head, excluding the position table."""
+        cfg, T = self.config, seq_len or self.config.block_size
+        n = self.num_params() - (self.transformer.wpe.weight.numel() if 'wpe' in self.transformer else 0)
+        return 6 * n + 12 * cfg.n_layer * cfg.n_embd * T
+
+    def forward(self, idx, targets=None, analysis=False):
+        """idx, targets: (B, T) int64; targets == -1 are ignored. Returns logits over the real vocabulary,
+        the mean cross-entropy (None without targets) and, with analysis=True, a trace dict with
+        'hidden' (per layer (B, T, C) after the block) and 'attn' (per layer (B, H, T, T) probabilities)."""
+        B, T = idx.shape
+        cfg = self.config
+        if T > cfg.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {cfg.block_size}")
+        x = self.transformer.wte(idx)
+        if cfg.pos_emb == 'absolute':
+            x = x + self.transformer.wpe(torch.arange(T, device=idx.device))
+        x = self.transformer.drop(x)
+        rotary = (self.rope_cos, self.rope_sin) if cfg.pos_emb == 'rotary' else None
+        trace = {'hidden': [], 'attn': []} if analysis else None
+        for block in self.transformer.h:
+            x = block(x, rotary, trace)
+            if analysis:
+                trace['hidden'].append(x)
+        logits = self.lm_head(self.transformer.ln_f(x))[..., :cfg.vocab_size]
+        loss = None
+        if targets is not None:
+            if cfg.causal_free_prefix > 1:   # positions < k-1 can see their target: exclude them
+                targets = targets.clone()
+                targets[:, :cfg.causal_free_prefix - 1] = -1
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        return (logits, loss, trace) if analysis else (logits, loss)
