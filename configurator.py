@@ -1,0 +1,92 @@
+"""Validated nanoGPT-style configuration: defaults <- config files <- --key=value overrides.
+
+    from configurator import load_config, ConfigError
+    cfg = load_config(DEFAULTS, sys.argv[1:], choices={'optimizer': ('adamw', 'orthoadam')})
+
+Config files are Python files whose top-level assignments set keys (names starting with '_' and
+imported modules are ignored, so a file may compute values). Several files may be given; later ones
+win, then the overrides. Every key must exist in the defaults (unknown keys are errors that suggest
+the closest known keys), every value must have the default's type (an int is accepted for a float;
+a key whose default is None accepts anything) and keys with choices must take one of them.
+"""
+import ast
+import difflib
+import json
+import os
+import types
+
+
+class ConfigError(ValueError):
+    """A one-line, user-facing configuration error."""
+
+
+def _suggest(key, known):
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(close)}?)" if close else f" (known keys: {', '.join(sorted(known))})"
+
+
+def _parse_value(text):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text   # a bare word such as --optimizer=orthoadam is a string
+
+
+def _check(key, value, defaults, choices, origin):
+    if key not in defaults:
+        raise ConfigError(f"unknown config key '{key}' in {origin}{_suggest(key, list(defaults))}")
+    default = defaults[key]
+    if default is not None:
+        expected = type(default)
+        ok = isinstance(value, expected) and not (isinstance(value, bool) and expected is not bool)
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if expected is tuple and isinstance(value, list):
+            value, ok = tuple(value), True
+        if not ok:
+            raise ConfigError(f"config key '{key}' in {origin} expects {expected.__name__}, "
+                              f"got {type(value).__name__} {value!r}")
+    if key in choices and value not in choices[key]:
+        raise ConfigError(f"config key '{key}' in {origin} must be one of {', '.join(map(repr, choices[key]))}, got {value!r}")
+    return value
+
+
+def read_config_file(path):
+    """Top-level assignments of a Python config file, as a dict."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file '{path}' not found")
+    namespace = {}
+    with open(path) as f:
+        source = f.read()
+    try:
+        exec(compile(source, path, 'exec'), namespace)
+    except Exception as e:  # a broken config file is a user error, reported on one line
+        raise ConfigError(f"config file '{path}' failed: {type(e).__name__}: {e}") from None
+    return {k: v for k, v in namespace.items()
+            if not k.startswith('_') and not isinstance(v, (types.ModuleType, types.FunctionType, type))}
+
+
+def load_config(defaults, argv, choices=None):
+    """Resolve the configuration from `defaults` (dict), then files and --key=value items in `argv`."""
+    choices = choices or {}
+    config = dict(defaults)
+    for key in choices:
+        _check(key, config[key], defaults, choices, 'defaults')
+    for arg in argv:
+        if arg.startswith('--'):
+            key, sep, text = arg[2:].partition('=')
+            if not sep:
+                raise ConfigError(f"override '{arg}' must look like --key=value")
+            config[key] = _check(key, _parse_value(text), defaults, choices, 'the command line')
+        else:
+            for key, value in read_config_file(arg).items():
+                config[key] = _check(key, value, defaults, choices, arg)
+    return config
+
+
+def save_config(config, path):
+    """Write the resolved configuration as JSON (atomically)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, 'w') as f:
+        json.dump(config, f, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, path)
