@@ -1,0 +1,610 @@
+"""
+Tokenise C4 `en` (or an offline stand-in corpus) into the flat token files that train.py reads.
+
+    python prepare_c4.py                               # C4 en streamed from the hub, GPT-2 BPE -> data/c4
+    python prepare_c4.py --train_tokens 5e9 --num_proc 16
+    python prepare_c4.py --data_files /path/to/c4/en   # local c4-train.*.json.gz / c4-validation.*.json.gz
+    python prepare_c4.py --source offline              # no network: stand-in corpus -> data/offline
+    python prepare_c4.py --tokenizer bytes             # or --tokenizer my_vocab.tiktoken
+    python -c "import prepare_c4; prepare_c4.load_meta('data/c4')"   # check a prepared folder
+
+Splits (paper, Sec. 5): train = the start of C4 `en` train in file order, up to and including the
+document that crosses --train_tokens; val = the first --val_docs (100000) documents of C4 `en`
+validation. The hub is streamed, never downloaded whole. --data_files reads local C4 shards through
+the same `datasets` streaming API (a folder, globs or files; names decide the split).
+
+Output format (format 1), in --out_dir:
+    train.bin, val.bin  raw token ids, no header, np.memmap(path, dtype=meta["dtype"], mode="r").
+                        Every document is encoded and followed by meta["eot_token"].
+                        dtype is uint16 when vocab_size <= 65536, else uint32.
+    meta.json           {"format": 1, "tokenizer": "gpt2" | "bytes" | "<path>.tiktoken",
+                         "vocab_size": int, "eot_token": int, "dtype": "uint16" | "uint32",
+                         "source": str, "stand_in_for_c4": bool, "description": str,
+                         "splits": {"train": {"documents", "tokens", "sha256"}, "val": {...}},
+                         "args": {the arguments that determine the content}}
+                        tokens == file size / itemsize; sha256 is of the .bin file.
+A folder without meta.json is not prepared data: splits are written to SPLIT.bin.tmp and renamed
+when complete, and meta.json is written last. Finished splits are recorded in .progress.json, so
+re-running the same command after an interruption skips them. Re-running with different arguments
+on a folder that holds (some) prepared data is an error: pass --force to overwrite or another
+--out_dir.
+
+Tokenizers: gpt2 = tiktoken "gpt2" (ordinary text, eot 50256, vocab 50257). tiktoken downloads
+vocab.bpe and encoder.json once into its cache dir ($TIKTOKEN_CACHE_DIR, else
+$DATA_GYM_CACHE_DIR, else <tmp>/data-gym-cache; each file named by the sha1 of its URL, see
+GPT2_FILES); copy them there for offline machines. bytes = UTF-8 bytes 0..255, eot 256.
+PATH.tiktoken = a tiktoken ranks file (base64 token and rank per line) with the GPT-2 split
+pattern; eot = number of ranks. auto (default for --source offline) = gpt2 if its files are
+in the cache, else bytes; it never goes to the network.
+
+Tokenisation runs on --num_proc worker processes (default: cores - 1) in chunks of documents;
+the main process reads the source and writes in order.
+
+The offline stand-in (--source offline) is NOT C4: pydoc topics plus docstrings of the standard
+library and installed packages, read from source with `ast` (nothing is imported). It is
+deterministic for a given Python installation and meant for smoke tests without network.
+"""
+import argparse
+import ast
+import base64
+import glob
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import signal
+import sys
+import sysconfig
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+FORMAT = 1
+SPLITS = ("train", "val")
+CHUNK_DOCS = 512  # documents per tokenisation task
+EOT_TEXT = "<|endoftext|>"
+# tiktoken's GPT-2 (r50k) split pattern, used for PATH.tiktoken vocabularies
+GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+GPT2_FILES = (  # what tiktoken.get_encoding("gpt2") fetches
+    "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
+    "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
+)
+C4_SHARD = re.compile(r"c4-(train|validation)\..*\.json(\.gz)?")
+MIN_DOC_CHARS = 200  # offline corpus: shorter docstrings are mostly one-liners
+VAL_PERCENT = 2  # offline corpus: sha1(text) % 100 < 2 -> val
+
+
+class PrepareError(Exception):
+    """A problem the user can fix; the CLI prints it as one line `error: ...` and exits 2."""
+
+
+# ----------------------------------------------------------------------------- tokenizers
+
+@dataclass
+class Tokenizer:
+    name: str  # meta.json "tokenizer"
+    vocab_size: int
+    eot_token: int
+    encode: Callable[[str], Iterable[int]]
+    sha256: str | None = None  # of the .tiktoken file
+
+    @property
+    def dtype(self):
+        return np.uint16 if self.vocab_size <= 2**16 else np.uint32
+
+
+def gpt2_cached() -> bool:
+    """True if tiktoken's cache holds the GPT-2 vocabulary, so loading it needs no network."""
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    if cache is None:
+        cache = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    return bool(cache) and all(
+        os.path.exists(os.path.join(cache, hashlib.sha1(url.encode()).hexdigest())) for url in GPT2_FILES)
+
+
+def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
+    # parsed here rather than with tiktoken.load.load_tiktoken_bpe, which caches local files by path
+    # name and would keep serving an old copy after the file is edited
+    ranks = {}
+    try:
+        for line in Path(path).read_bytes().splitlines():
+            if line.strip():
+                token, rank = line.split()
+                ranks[base64.b64decode(token, validate=True)] = int(rank)
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"--tokenizer {path}: not a tiktoken ranks file ({e})") from None
+    if sorted(ranks.values()) != list(range(len(ranks))):
+        raise PrepareError(f"--tokenizer {path}: ranks must be 0..{len(ranks) - 1} without gaps or repeats")
+    return ranks
+
+
+def load_tokenizer(spec: str) -> Tokenizer:
+    """spec: "gpt2", "bytes", "auto" (gpt2 if cached, else bytes) or a path ending in .tiktoken."""
+    if spec == "auto":
+        try:
+            return load_tokenizer("gpt2" if gpt2_cached() else "bytes")
+        except PrepareError as e:
+            print(f"warning: {e}; using --tokenizer bytes", file=sys.stderr)
+            return load_tokenizer("bytes")
+    if spec == "bytes":
+        return Tokenizer("bytes", 257, 256, lambda text: np.frombuffer(text.encode("utf-8"), np.uint8))
+    import tiktoken
+    if spec == "gpt2":
+        try:
+            enc = tiktoken.get_encoding("gpt2")
+        except Exception as e:
+            raise PrepareError(
+                f"cannot load the GPT-2 vocabulary ({type(e).__name__}); place vocab.bpe and encoder.json in "
+                "tiktoken's cache dir (TIKTOKEN_CACHE_DIR, see the prepare_c4.py docstring) or pass "
+                "--tokenizer bytes / --tokenizer PATH.tiktoken") from None
+        return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, enc.encode_ordinary)
+    if spec.endswith(".tiktoken"):
+        ranks = read_tiktoken_ranks(spec)
+        enc = tiktoken.Encoding(Path(spec).stem, pat_str=GPT2_PAT, mergeable_ranks=ranks,
+                                special_tokens={EOT_TEXT: len(ranks)})
+        sha = hashlib.sha256(Path(spec).read_bytes()).hexdigest()
+        return Tokenizer(str(Path(spec).resolve()), len(ranks) + 1, len(ranks), enc.encode_ordinary, sha)
+    raise PrepareError(f"--tokenizer {spec!r}: expected gpt2, bytes or a path ending in .tiktoken")
+
+
+def encode_chunk(texts: list[str], tok: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """Encode documents, each followed by eot. Returns (tokens per document incl. eot, flat tokens)."""
+    ids = [tok.encode(t) for t in texts]
+    lengths = np.array([len(x) + 1 for x in ids], dtype=np.int64)
+    out = np.empty(int(lengths.sum()), dtype=tok.dtype)
+    pos = 0
+    for x in ids:
+        out[pos:pos + len(x)] = x
+        out[pos + len(x)] = tok.eot_token
+        pos += len(x) + 1
+    return lengths, out
+
+
+_worker_tok = None
+
+
+def _ignore_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the main process, which stops the pool
+
+
+def _init_worker(spec: str):
+    global _worker_tok
+    _ignore_sigint()
+    _worker_tok = load_tokenizer(spec)
+
+
+def _encode_in_worker(texts):
+    return encode_chunk(texts, _worker_tok)
+
+
+def batched(items: Iterable, n: int) -> Iterator[list]:
+    it = iter(items)
+    while batch := list(islice(it, n)):
+        yield batch
+
+
+def encode_stream(texts: Iterable[str], tok: Tokenizer, num_proc: int):
+    """encode_chunk over chunks of CHUNK_DOCS documents, in order, on num_proc processes.
+    At most 2 * num_proc chunks are in flight, so a streamed source is read only as fast as it is used."""
+    chunks = batched(texts, CHUNK_DOCS)
+    if num_proc <= 1:
+        for chunk in chunks:
+            yield encode_chunk(chunk, tok)
+        return
+    with multiprocessing.Pool(num_proc, initializer=_init_worker, initargs=(tok.name,)) as pool:
+        pending = deque()
+        for chunk in chunks:
+            pending.append(pool.apply_async(_encode_in_worker, (chunk,)))
+            if len(pending) >= 2 * num_proc:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+# ----------------------------------------------------------------------------- C4 documents
+
+def find_c4_shards(patterns: list[str]) -> dict[str, list[str]]:
+    """Local C4 shards by split, sorted: folders (searched recursively), globs or files."""
+    files = []
+    for pattern in patterns:
+        if os.path.isdir(pattern):
+            found = sorted(str(p) for p in Path(pattern).rglob("c4-*.json*") if C4_SHARD.fullmatch(p.name))
+            if not found:
+                raise PrepareError(f"--data_files {pattern}: no c4-train.*.json.gz or c4-validation.*.json.gz files in it")
+        else:
+            found = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+            if not found:
+                raise PrepareError(f"--data_files {pattern}: no such file")
+            for p in found:
+                if not C4_SHARD.fullmatch(os.path.basename(p)):
+                    raise PrepareError(f"--data_files {p}: not a C4 shard name (c4-train.*.json.gz or c4-validation.*.json.gz)")
+        files += found
+    files = sorted(set(os.path.abspath(p) for p in files))
+    shards = {split: [p for p in files if C4_SHARD.fullmatch(os.path.basename(p)).group(1) == c4_split]
+              for split, c4_split in (("train", "train"), ("val", "validation"))}
+    for split, c4_split in (("train", "train"), ("val", "validation")):
+        if not shards[split]:
+            raise PrepareError(f"--data_files: no c4-{c4_split}.*.json.gz shard among {' '.join(patterns)}")
+    return shards
+
+
+def c4_texts(split: str, shards: dict[str, list[str]] | None) -> Iterator[str]:
+    """Texts of C4 en `split` ("train"/"val"), streamed from the hub (shards None) or local shards."""
+    import datasets
+    c4_split = {"train": "train", "val": "validation"}[split]
+    try:
+        if shards is None:
+            ds = datasets.load_dataset("allenai/c4", "en", split=c4_split, streaming=True)
+        else:
+            ds = datasets.load_dataset("json", data_files={c4_split: shards[split]}, split=c4_split, streaming=True)
+        # only the text column, in batches: decoding every record's timestamp and url one by one
+        # costs more than the JSON parsing
+        for batch in ds.select_columns(["text"]).iter(batch_size=CHUNK_DOCS):
+            if not all(isinstance(text, str) for text in batch["text"]):
+                raise PrepareError(f"C4 {c4_split} record without a 'text' string; "
+                                   "C4 shards are JSON lines with a 'text' field")
+            yield from batch["text"]
+    except PrepareError:
+        raise
+    except Exception as e:
+        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        if shards is None:
+            raise PrepareError(f"cannot stream allenai/c4 from the Hugging Face hub ({msg}); without network "
+                               "pass --data_files DIR with local C4 shards, or --source offline") from None
+        raise PrepareError(f"cannot read the --data_files {c4_split} shards as C4 JSON lines ({msg})") from None
+
+
+# ----------------------------------------------------------------------------- offline stand-in corpus
+
+SKIP_DIRS = {"test", "tests", "__pycache__", "site-packages", "dist-packages", "idlelib", "turtledemo"}
+
+
+def python_files(root: str) -> list[str]:
+    """Sorted .py files under root, without test code."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".") and not d.endswith("-info"))
+        out += [os.path.join(folder, f) for f in sorted(files) if f.endswith(".py")
+                and not f.startswith(("test_", "conftest")) and not f.endswith("_test.py")]
+    return out
+
+
+def docstrings(path: str) -> list[str]:
+    """Module, class and function docstrings of one source file (parsed, not imported)."""
+    try:
+        tree = ast.parse(Path(path).read_bytes())
+    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, OSError):
+        return []
+    nodes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return [d for node in ast.walk(tree) if isinstance(node, nodes) and (d := ast.get_docstring(node))]
+
+
+def offline_documents(max_docs: int | None = None, num_proc: int = 1) -> list[str]:
+    """Unique documents of >= MIN_DOC_CHARS characters, in a fixed order: pydoc topics, then docstrings of
+    the standard library, then of site-packages. max_docs stops early (for tests)."""
+    from pydoc_data.topics import topics
+    seen, docs = set(), []
+
+    def take(texts):
+        for text in texts:
+            text = text.strip()
+            if len(text) >= MIN_DOC_CHARS and text not in seen:
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:  # lone surrogates in string literals
+                    continue
+                seen.add(text)
+                docs.append(text)
+                if max_docs is not None and len(docs) >= max_docs:
+                    return True
+        return False
+
+    if take(topics[k] for k in sorted(topics)):
+        return docs
+    paths = sysconfig.get_paths()
+    roots = [paths["stdlib"]] + sorted({paths["purelib"], paths["platlib"]})
+    files = [f for root in roots if os.path.isdir(root) for f in python_files(root)]
+    progress = Progress("offline corpus: reading docstrings", target_docs=len(files), unit="files")
+    pool = multiprocessing.Pool(num_proc, initializer=_ignore_sigint) if num_proc > 1 else None
+    try:
+        for i, texts in enumerate(pool.imap(docstrings, files, chunksize=16) if pool else map(docstrings, files)):
+            progress.update(i + 1, 0)
+            if take(texts):
+                break
+    finally:
+        if pool:
+            pool.terminate()
+    progress.done(f"{len(docs):,} documents, {sum(map(len, docs)) / 1e6:.1f} M characters")
+    return docs
+
+
+def offline_splits(docs: list[str]) -> dict[str, list[str]]:
+    """Deterministic split by content hash; each split is ordered by hash, which mixes the sources."""
+    keyed = sorted((hashlib.sha1(d.encode("utf-8")).hexdigest(), d) for d in docs)
+    return {"train": [d for h, d in keyed if int(h, 16) % 100 >= VAL_PERCENT],
+            "val": [d for h, d in keyed if int(h, 16) % 100 < VAL_PERCENT]}
+
+
+# ----------------------------------------------------------------------------- writing a split
+
+def duration(seconds: float) -> str:
+    s = int(max(seconds, 0))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{max(seconds, 0):.1f}s"
+
+
+class Progress:
+    """A status line on stderr every ~2 s: documents, tokens, tokens/s and an ETA."""
+
+    def __init__(self, label, target_tokens=None, target_docs=None, unit="docs"):
+        self.label, self.target_tokens, self.target_docs, self.unit = label, target_tokens, target_docs, unit
+        self.t0 = self.last = time.time()
+        self.docs = self.tokens = 0
+
+    def update(self, docs, tokens):
+        self.docs, self.tokens = docs, tokens
+        if time.time() - self.last >= 2.0:
+            self.last = time.time()
+            print(f"{self.label}: {self.line()}", file=sys.stderr, flush=True)
+
+    def line(self, eta=True):
+        dt = max(time.time() - self.t0, 1e-9)
+        text = f"{self.docs:,} {self.unit}"
+        if self.tokens:
+            text += f", {self.tokens:,} tokens, {self.tokens / dt:,.0f} tokens/s"
+        text += f", {duration(dt)}"
+        if eta and self.target_tokens and self.tokens:
+            text += f", ETA {duration((self.target_tokens - self.tokens) * dt / self.tokens)}"
+        elif eta and self.target_docs and self.docs:
+            text += f", ETA {duration((self.target_docs - self.docs) * dt / self.docs)}"
+        return text
+
+    def done(self, extra=""):
+        print(f"{self.label}: done, {self.line(eta=False)}" + (f"; {extra}" if extra else ""), file=sys.stderr, flush=True)
+
+
+def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
+                max_tokens: int | None = None, max_docs: int | None = None) -> dict:
+    """Encode texts into path (via path.tmp, renamed when complete). Stops after max_docs documents or
+    after the document that reaches max_tokens. Returns {"documents", "tokens", "sha256"}."""
+    tmp = path.with_name(path.name + ".tmp")
+    progress = Progress(path.stem, max_tokens, max_docs or (len(texts) if isinstance(texts, list) else None))
+    sha, docs, tokens = hashlib.sha256(), 0, 0
+    stream = encode_stream(texts, tok, num_proc)
+    try:
+        with open(tmp, "wb") as f:
+            for lengths, ids in stream:
+                keep = len(lengths)
+                if max_docs is not None:
+                    keep = min(keep, max_docs - docs)
+                if max_tokens is not None:
+                    keep = min(keep, int(np.searchsorted(np.cumsum(lengths), max_tokens - tokens)) + 1)
+                buf = ids[:int(lengths[:keep].sum())].tobytes()
+                f.write(buf)
+                sha.update(buf)
+                docs, tokens = docs + keep, tokens + len(buf) // ids.itemsize
+                progress.update(docs, tokens)
+                if (max_docs is not None and docs >= max_docs) or (max_tokens is not None and tokens >= max_tokens):
+                    break
+        stream.close()  # stop the workers and the source before the rename
+        if docs == 0:
+            raise PrepareError(f"{path.stem}: the source has no documents")
+        os.replace(tmp, path)
+    except BaseException:
+        stream.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    progress.done()
+    return {"documents": docs, "tokens": tokens, "sha256": sha.hexdigest()}
+
+
+def write_json(path: Path, obj: dict):
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def load_meta(data_dir) -> dict:
+    """meta.json of a prepared folder, after checking the .bin files match it. Raises ValueError."""
+    d = Path(data_dir)
+    hint = "run python prepare_c4.py (or python prepare_c4.py --source offline)"
+    if not (d / "meta.json").is_file():
+        raise ValueError(f"{d} is not a prepared dataset (no meta.json): {hint} --out_dir {d}")
+    try:
+        meta = json.loads((d / "meta.json").read_text())
+    except ValueError as e:
+        raise ValueError(f"{d / 'meta.json'} is not valid JSON ({e}): {hint} --force --out_dir {d}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{d / 'meta.json'}: unknown format {meta.get('format') if isinstance(meta, dict) else meta!r} "
+                         f"(this code reads format {FORMAT}): re-run prepare_c4.py --force --out_dir {d}")
+    if meta.get("dtype") not in ("uint16", "uint32"):
+        raise ValueError(f"{d / 'meta.json'}: dtype {meta.get('dtype')!r} is not uint16 or uint32")
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    for key in ("vocab_size", "eot_token"):
+        if not isinstance(meta.get(key), int):
+            raise ValueError(f"{d / 'meta.json'}: {key} missing or not an integer")
+    if meta["dtype"] == "uint16" and meta["vocab_size"] > 2**16:
+        raise ValueError(f"{d / 'meta.json'}: vocab_size {meta['vocab_size']} does not fit dtype uint16")
+    for split in SPLITS:
+        path = d / f"{split}.bin"
+        tokens = ((meta.get("splits") or {}).get(split) or {}).get("tokens")
+        if not isinstance(tokens, int):
+            raise ValueError(f"{d / 'meta.json'}: no token count for the {split} split")
+        if not path.is_file() or path.stat().st_size == 0:
+            raise ValueError(f"{path} is missing or empty: re-run prepare_c4.py --out_dir {d}")
+        size = path.stat().st_size
+        if size % itemsize or size != tokens * itemsize:
+            raise ValueError(f"{path} has {size} bytes but meta.json says {tokens} tokens of "
+                             f"{meta['dtype']}: the file is truncated or stale, re-run prepare_c4.py --force --out_dir {d}")
+    return meta
+
+
+def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, stand_in: bool,
+            split_texts: Callable[[str], Iterable[str]], limits: dict, num_proc: int = 1, force: bool = False) -> Path:
+    """Write both splits and meta.json into out_dir; finished work with the same args is kept.
+    limits[split] = (max_tokens, max_docs)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    args = json.loads(json.dumps(args))
+    meta_path, progress_path = out / "meta.json", out / ".progress.json"
+    old, progress = read_json(meta_path), read_json(progress_path)
+    if not force and old.get("args") == args:
+        try:
+            load_meta(out)
+            print(f"{out}: already prepared with these arguments", file=sys.stderr)
+            return out
+        except ValueError as e:
+            print(f"{out}: {e}; preparing again", file=sys.stderr)
+            old, progress = {}, {}
+    if not force:
+        for previous in (old.get("args"), progress.get("args") if progress.get("splits") else None):
+            if previous is not None and previous != args:
+                changed = ", ".join(f"{k}: {previous.get(k)!r} -> {args.get(k)!r}"
+                                    for k in sorted(set(previous) | set(args)) if previous.get(k) != args.get(k))
+                raise PrepareError(f"{out} holds data prepared with other arguments ({changed}); "
+                                   "pass --force to overwrite it or choose another --out_dir")
+    if force or progress.get("args") != args:
+        progress = {"args": args, "splits": {}}
+    meta_path.unlink(missing_ok=True)  # from here on the folder is "not prepared" until meta.json is back
+    write_json(progress_path, progress)
+
+    itemsize = np.dtype(tok.dtype).itemsize
+    for split in ("val", "train"):  # val first: it is short and exercises the whole pipeline
+        path, done = out / f"{split}.bin", progress["splits"].get(split)
+        if done and path.is_file() and path.stat().st_size == done["tokens"] * itemsize:
+            print(f"{split}: already written ({done['tokens']:,} tokens), skipping", file=sys.stderr)
+            continue
+        path.unlink(missing_ok=True)
+        max_tokens, max_docs = limits[split]
+        progress["splits"][split] = write_split(path, split_texts(split), tok, num_proc, max_tokens, max_docs)
+        write_json(progress_path, progress)
+
+    meta = {"format": FORMAT, "tokenizer": tok.name, "vocab_size": tok.vocab_size, "eot_token": tok.eot_token,
+            "dtype": np.dtype(tok.dtype).name, "source": source, "stand_in_for_c4": stand_in,
+            "description": description, "splits": {s: progress["splits"][s] for s in SPLITS}, "args": args}
+    write_json(meta_path, meta)
+    progress_path.unlink()
+    return out
+
+
+# ----------------------------------------------------------------------------- entry points
+
+def prepare_c4(out_dir="data/c4", tokenizer="gpt2", data_files=None, train_tokens=100_000_000,
+               val_docs=100_000, num_proc=1, force=False) -> Path:
+    """C4 en: the first train_tokens tokens of train and val_docs documents of validation.
+    data_files: local shard folders/globs/files, or None to stream from the hub."""
+    if isinstance(data_files, (str, Path)):
+        data_files = [data_files]
+    data_files = [str(p) for p in data_files] if data_files else None
+    shards = find_c4_shards(data_files) if data_files else None
+    tok = load_tokenizer(tokenizer)
+    args = {"source": "c4", "data_files": [os.path.abspath(p) for p in data_files] if data_files else None,
+            "tokenizer": tok.name, "tokenizer_sha256": tok.sha256, "train_tokens": train_tokens, "val_docs": val_docs}
+    if shards is None:
+        source = "allenai/c4 en (hub, streamed)"
+    else:
+        folders = sorted({os.path.dirname(p) for s in shards.values() for p in s})
+        source = (f"local shards: {len(shards['train'])} c4-train and {len(shards['val'])} c4-validation "
+                  f"files in {', '.join(folders)}")
+    description = (f"C4 en (Raffel et al., 2020). train: the train split in file order up to the document that "
+                   f"reaches {train_tokens:,} tokens; val: the first {val_docs:,} documents of the validation "
+                   f"split. Each document is followed by eot {tok.eot_token}.")
+    return prepare(out_dir, tok, args, source, description, False,
+                   lambda split: c4_texts(split, shards), {"train": (train_tokens, None), "val": (None, val_docs)},
+                   num_proc, force)
+
+
+def prepare_offline(out_dir="data/offline", tokenizer="auto", max_docs=None, train_tokens=None, val_docs=None,
+                    num_proc=1, force=False) -> Path:
+    """The offline stand-in corpus. tokenizer "auto" = gpt2 if its vocabulary is cached, else bytes.
+    max_docs keeps only the first max_docs documents of the corpus (for tests)."""
+    tok = load_tokenizer(tokenizer)
+    args = {"source": "offline", "tokenizer": tok.name, "tokenizer_sha256": tok.sha256, "max_docs": max_docs,
+            "train_tokens": train_tokens, "val_docs": val_docs}
+    version = ".".join(map(str, sys.version_info[:3]))
+    source = f"offline stand-in corpus: pydoc topics + stdlib and site-packages docstrings (Python {version})"
+    description = ("NOT C4. English prose from this Python installation, for runs without network: pydoc_data "
+                   "topics and module/class/function docstrings of the standard library and installed packages "
+                   f"(read with ast, nothing imported, test code skipped), >= {MIN_DOC_CHARS} characters, exact "
+                   f"duplicates removed. sha1(text) % 100 < {VAL_PERCENT} goes to val, the rest to train; each "
+                   "split is ordered by sha1. Deterministic for a given installation.")
+    splits = {}
+
+    def split_texts(split):
+        if not splits:
+            splits.update(offline_splits(offline_documents(max_docs, num_proc)))
+        return splits[split]
+
+    return prepare(out_dir, tok, args, source, description, True, split_texts,
+                   {"train": (train_tokens, None), "val": (None, val_docs)}, num_proc, force)
+
+
+def count(text: str) -> int:
+    """argparse type: a positive count, written 100000, 100_000 or 1e5."""
+    try:
+        n = int(text) if re.fullmatch(r"[\d_]+", text) else int(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if n <= 0 or (not re.fullmatch(r"[\d_]+", text) and n != float(text)):
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return n
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Tokenise C4 en (or an offline stand-in) for train.py.",
+                                epilog="Output format: see the module docstring.")
+    p.add_argument("--source", choices=("c4", "offline"), default="c4",
+                   help="c4: C4 en from the hub or --data_files (default); offline: stand-in corpus, no network")
+    p.add_argument("--data_files", nargs="+", metavar="GLOB_OR_DIR",
+                   help="local C4 shards (c4-train.*.json.gz, c4-validation.*.json.gz) instead of the hub")
+    p.add_argument("--tokenizer", help="gpt2 | bytes | auto | PATH.tiktoken (default gpt2; auto for offline)")
+    p.add_argument("--train_tokens", type=count, help="train split size in tokens (default 100_000_000 for c4, "
+                   "all for offline); stops after the document that reaches it")
+    p.add_argument("--val_docs", type=count, help="val split size in documents (default 100000 for c4, all for offline)")
+    p.add_argument("--max_docs", type=count, help="offline only: use the first N documents of the corpus")
+    p.add_argument("--num_proc", type=count, default=max(1, (os.cpu_count() or 1) - 1),
+                   help="tokenisation processes (default: all cores but the one reading the source)")
+    p.add_argument("--out_dir", help="output folder (default data/c4, or data/offline)")
+    p.add_argument("--force", action="store_true", help="overwrite a folder prepared with other arguments")
+    a = p.parse_args(argv)
+    if a.source == "offline" and a.data_files:
+        p.error("--data_files reads C4 shards; it cannot be combined with --source offline")
+    if a.source == "c4" and a.max_docs:
+        p.error("--max_docs is for --source offline; use --train_tokens / --val_docs for C4")
+    t0 = time.time()
+    try:
+        if a.source == "offline":
+            out = prepare_offline(a.out_dir or "data/offline", a.tokenizer or "auto", a.max_docs,
+                                  a.train_tokens, a.val_docs, a.num_proc, a.force)
+        else:
+            out = prepare_c4(a.out_dir or "data/c4", a.tokenizer or "gpt2", a.data_files,
+                             a.train_tokens or 100_000_000, a.val_docs or 100_000, a.num_proc, a.force)
+    except PrepareError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+    except KeyboardInterrupt:
+        print("interrupted: finished splits are kept; run the same command again to resume", file=sys.stderr)
+        raise SystemExit(130)
+    meta = load_meta(out)
+    sizes = ", ".join(f"{s} {meta['splits'][s]['documents']:,} docs / {meta['splits'][s]['tokens']:,} tokens"
+                      for s in SPLITS)
+    print(f"{out}: {meta['tokenizer']} ({meta['dtype']}), {sizes}; {time.time() - t0:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

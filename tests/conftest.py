@@ -1,0 +1,39 @@
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def write_dataset(path, vocab_size=64, n_train=60_000, n_val=8_000, dtype='uint16', seed=0):
+    """A prepared-data folder in the documented format (train.bin, val.bin, meta.json), filled with a
+    low-entropy bigram process so that a tiny model's loss falls within a few dozen steps."""
+    os.makedirs(path, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    nxt = rng.integers(0, vocab_size, size=(vocab_size, 3))   # each token has 3 likely successors
+    splits = {}
+    for split, n in (('train', n_train), ('val', n_val)):
+        toks = np.empty(n, dtype=np.int64)
+        toks[0] = 0
+        choice = rng.integers(0, 3, size=n)
+        noise = rng.random(n) < 0.05
+        rand = rng.integers(0, vocab_size, size=n)
+        for i in range(1, n):
+            toks[i] = rand[i] if noise[i] else nxt[toks[i - 1], choice[i]]
+        toks.astype(dtype).tofile(os.path.join(path, f'{split}.bin'))
+        splits[split] = {'documents': 1, 'tokens': n, 'sha256': ''}
+    meta = {'format': 1, 'tokenizer': 'test-bigram', 'vocab_size': vocab_size, 'eot_token': vocab_size - 1,
+            'dtype': dtype, 'source': 'synthetic test data', 'stand_in_for_c4': True,
+            'description': 'bigram process written by tests/conftest.py', 'splits': splits, 'args': {}}
+    with open(os.path.join(path, 'meta.json'), 'w') as f:
+        json.dump(meta, f)
+    return path
+
+
+@pytest.fixture(scope='session')
+def bigram_data(tmp_path_factory):
+    return write_dataset(str(tmp_path_factory.mktemp('data') / 'bigram'))

@@ -1,0 +1,293 @@
+"""prepare_c4.py on small C4-format shards written here, through the real datasets and tiktoken code.
+
+    python -m pytest -q tests/test_prepare_c4.py
+"""
+import base64
+import gzip
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiktoken
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import prepare_c4  # noqa: E402
+
+TRAIN = [  # two train shards
+    [f"Document {i} of the first shard: the thing in the evening is interesting. " * (1 + i % 4) for i in range(9)]
+    + ["naïve café — 日本語のテキスト, emoji 🙂 and\nnew\nlines\n", "literal <|endoftext|> inside a document"],
+    [f"Second shard document {i}; there were other things happening." * (1 + i % 3) for i in range(7)],
+]
+VAL = [f"Validation document number {i}, with the ending -ing." * (1 + i % 2) for i in range(6)]
+MERGES = [b"th", b"the", b" the", b"in", b"ing", b" in", b"er", b"en", b" a"]
+
+
+def write_shard(path, texts):
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t, "timestamp": "2019-04-25T12:57:54Z", "url": "https://example.com/x"}) + "\n")
+
+
+@pytest.fixture
+def shards(tmp_path):
+    d = tmp_path / "c4" / "en"
+    d.mkdir(parents=True)
+    for i, texts in enumerate(TRAIN):
+        write_shard(d / f"c4-train.{i:05d}-of-00002.json.gz", texts)
+    write_shard(d / "c4-validation.00000-of-00001.json.gz", VAL)
+    return d
+
+
+@pytest.fixture
+def vocab(tmp_path):
+    """A small byte-level BPE with the GPT-2 split pattern, written as a .tiktoken file."""
+    ranks = {bytes([i]): i for i in range(256)}
+    for m in MERGES:
+        ranks[m] = len(ranks)
+    enc = tiktoken.Encoding("tiny", pat_str=prepare_c4.GPT2_PAT, mergeable_ranks=ranks,
+                            special_tokens={"<|endoftext|>": len(ranks)})
+    path = tmp_path / "tiny.tiktoken"
+    path.write_bytes(b"".join(base64.b64encode(t) + b" " + str(r).encode() + b"\n" for t, r in ranks.items()))
+    return path, enc
+
+
+def read_docs(out, split, eot):
+    """Token ids of each document in SPLIT.bin (split on eot; every document ends with eot)."""
+    meta = json.loads((out / "meta.json").read_text())
+    ids = np.fromfile(out / f"{split}.bin", dtype=meta["dtype"])
+    assert ids[-1] == eot
+    cuts = np.flatnonzero(ids == eot)
+    return [ids[a + 1:b].tolist() for a, b in zip(np.r_[-1, cuts[:-1]], cuts)]
+
+
+def sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def run_main(args, capsys):
+    """main(args) expected to fail: returns (exit code, stderr)."""
+    with pytest.raises(SystemExit) as e:
+        prepare_c4.main(args)
+    return e.value.code, capsys.readouterr().err
+
+
+def test_local_shards_tiktoken_end_to_end(shards, vocab, tmp_path):
+    path, enc = vocab
+    out = tmp_path / "out"
+    prepare_c4.main(["--data_files", str(shards), "--tokenizer", str(path), "--out_dir", str(out), "--num_proc", "1"])
+    meta = prepare_c4.load_meta(out)
+    eot = len(MERGES) + 256
+    assert meta["vocab_size"] == eot + 1 and meta["eot_token"] == eot and meta["dtype"] == "uint16"
+    assert meta["tokenizer"] == str(path.resolve()) and meta["format"] == 1 and meta["stand_in_for_c4"] is False
+    assert meta["source"].startswith("local shards: 2 c4-train and 1 c4-validation")
+    assert meta["args"]["tokenizer_sha256"] == sha256(path) and meta["args"]["val_docs"] == 100_000
+    for split, texts in (("train", TRAIN[0] + TRAIN[1]), ("val", VAL)):
+        expected = [enc.encode_ordinary(t) for t in texts]
+        assert read_docs(out, split, eot) == expected
+        info = meta["splits"][split]
+        assert info["documents"] == len(texts)
+        assert info["tokens"] == sum(len(x) + 1 for x in expected) == os.path.getsize(out / f"{split}.bin") // 2
+        assert info["sha256"] == sha256(out / f"{split}.bin")
+    assert not list(out.glob("*.tmp")) and not (out / ".progress.json").exists()
+
+
+def test_worker_processes_keep_order(shards, vocab, tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_c4, "CHUNK_DOCS", 2)
+    metas = [prepare_c4.load_meta(prepare_c4.prepare_c4(tmp_path / f"out{n}", str(vocab[0]), [str(shards)], num_proc=n))
+             for n in (1, 2)]
+    assert metas[0]["splits"] == metas[1]["splits"]
+
+
+def test_bytes_round_trip_and_bounds(shards, tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_c4, "CHUNK_DOCS", 3)  # the bound falls in a later chunk
+    texts = TRAIN[0] + TRAIN[1]
+    lengths = np.cumsum([len(t.encode()) + 1 for t in texts])
+    bound = int(lengths[4]) - 5  # inside document 4: documents 0..4 are kept
+    out = prepare_c4.prepare_c4(tmp_path / "out", "bytes", [str(shards / "c4-*.json.gz")],
+                                train_tokens=bound, val_docs=2)
+    meta = prepare_c4.load_meta(out)
+    assert meta["splits"]["train"] == {"documents": 5, "tokens": int(lengths[4]), "sha256": sha256(out / "train.bin")}
+    assert meta["splits"]["val"]["documents"] == 2 and meta["vocab_size"] == 257 and meta["eot_token"] == 256
+    train = read_docs(out, "train", 256)
+    assert [bytes(x).decode() for x in train] == texts[:5]
+    assert [bytes(x).decode() for x in read_docs(out, "val", 256)] == VAL[:2]
+    # a bound exactly at the end of a document stops there
+    out = prepare_c4.prepare_c4(tmp_path / "out2", "bytes", [str(shards)], train_tokens=int(lengths[6]), val_docs=1)
+    assert prepare_c4.load_meta(out)["splits"]["train"]["documents"] == 7
+
+
+def test_hub_path_streams_allenai_c4(shards, tmp_path, monkeypatch):
+    import datasets
+    real_load, calls = datasets.load_dataset, []
+
+    def fake_load(path, name=None, split=None, streaming=False, **kw):
+        calls.append((path, name, split, streaming))
+        assert (path, name, streaming) == ("allenai/c4", "en", True)
+        files = sorted(str(p) for p in shards.glob(f"c4-{split}.*.json.gz"))
+        return real_load("json", data_files={split: files}, split=split, streaming=True)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    hub = prepare_c4.load_meta(prepare_c4.prepare_c4(tmp_path / "hub", "bytes"))
+    assert sorted(c[2] for c in calls) == ["train", "validation"]
+    assert hub["source"] == "allenai/c4 en (hub, streamed)" and hub["args"]["data_files"] is None
+    monkeypatch.setattr(datasets, "load_dataset", real_load)
+    local = prepare_c4.load_meta(prepare_c4.prepare_c4(tmp_path / "local", "bytes", [str(shards)]))
+    assert hub["splits"] == local["splits"]
+
+
+def test_no_network_error(tmp_path, monkeypatch, capsys):
+    import datasets
+
+    def offline(*a, **kw):
+        raise ConnectionError("Couldn't reach 'allenai/c4' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    code, err = run_main(["--tokenizer", "bytes", "--out_dir", str(tmp_path / "o"), "--num_proc", "1"], capsys)
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and line.startswith("error: cannot stream allenai/c4")
+    assert "--data_files" in line and "--source offline" in line
+    assert not (tmp_path / "o" / "meta.json").exists() and not (tmp_path / "o" / "val.bin").exists()
+
+
+def test_gpt2_vocabulary_unavailable(tmp_path, monkeypatch, capsys):
+    def no_vocab(name):
+        raise ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", no_vocab)
+    code, err = run_main(["--tokenizer", "gpt2", "--out_dir", str(tmp_path / "o")], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: cannot load the GPT-2 vocabulary")
+    assert "TIKTOKEN_CACHE_DIR" in err and "--tokenizer bytes" in err
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
+    assert prepare_c4.load_tokenizer("auto").name == "bytes"  # auto never goes to the network
+
+
+def test_bad_shards_are_one_line_errors(tmp_path, capsys):
+    def fails(files, expected):
+        d = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+        d.mkdir()
+        for name, content in files.items():
+            (d / name).write_bytes(content)
+        code, err = run_main(["--data_files", str(d), "--tokenizer", "bytes", "--out_dir", str(d / "out")], capsys)
+        last = err.strip().splitlines()[-1]
+        assert code == 2 and last.startswith("error: ") and expected in last, err
+        assert not (d / "out" / "meta.json").exists()
+
+    val = gzip.compress(json.dumps({"text": "a validation document"}).encode() + b"\n")
+    fails({"c4-train.00000-of-00001.json.gz": gzip.compress(b"this is not json\n"),
+           "c4-validation.00000-of-00001.json.gz": val}, "as C4 JSON lines")
+    fails({"c4-train.00000-of-00001.json.gz": gzip.compress(b'{"content": "no text field"}\n'),
+           "c4-validation.00000-of-00001.json.gz": gzip.compress(b'{"content": "no text field"}\n')}, "'text'")
+    fails({"c4-train.00000-of-00001.json.gz": b'{"text": "not gzipped"}\n',
+           "c4-validation.00000-of-00001.json.gz": val}, "as C4 JSON lines")
+    fails({"shard.jsonl": b'{"text": "x"}\n'}, "no c4-train.*.json.gz")
+    fails({"c4-train.00000-of-00001.json.gz": val}, "no c4-validation")
+    code, err = run_main(["--data_files", str(tmp_path / "missing*.json.gz"), "--tokenizer", "bytes"], capsys)
+    assert code == 2 and "no such file" in err
+    (tmp_path / "notes.json.gz").write_bytes(val)
+    code, err = run_main(["--data_files", str(tmp_path / "notes.json.gz"), "--tokenizer", "bytes"], capsys)
+    assert code == 2 and "not a C4 shard name" in err
+
+
+def test_interruption_leaves_nothing_loadable_then_resumes(shards, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(prepare_c4, "CHUNK_DOCS", 2)
+    real_encode, encoded = prepare_c4.encode_chunk, []
+
+    def interrupt_in_train(texts, tok):
+        if texts[0] in TRAIN[0][2:]:  # the second chunk of the train split
+            raise KeyboardInterrupt
+        encoded.extend(texts)
+        return real_encode(texts, tok)
+
+    monkeypatch.setattr(prepare_c4, "encode_chunk", interrupt_in_train)
+    out = tmp_path / "out"
+    args = ["--data_files", str(shards), "--tokenizer", "bytes", "--out_dir", str(out), "--num_proc", "1"]
+    code, err = run_main(args, capsys)
+    assert code == 130 and "run the same command again" in err
+    assert sorted(p.name for p in out.iterdir()) == [".progress.json", "val.bin"]  # val finished, train did not
+    with pytest.raises(ValueError, match="no meta.json"):
+        prepare_c4.load_meta(out)
+
+    def counting(texts, tok):
+        encoded.extend(texts)
+        return real_encode(texts, tok)
+
+    encoded.clear()
+    monkeypatch.setattr(prepare_c4, "encode_chunk", counting)
+    prepare_c4.main(args)
+    assert encoded == TRAIN[0] + TRAIN[1]  # val was not encoded again
+    fresh = prepare_c4.prepare_c4(tmp_path / "fresh", "bytes", [str(shards)])
+    assert prepare_c4.load_meta(out)["splits"] == prepare_c4.load_meta(fresh)["splits"]
+
+
+def test_rerun_skips_and_changed_arguments_need_force(shards, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    args = ["--data_files", str(shards), "--tokenizer", "bytes", "--out_dir", str(out), "--num_proc", "1"]
+    prepare_c4.main(args)
+    mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    calls = []
+    monkeypatch.setattr(prepare_c4, "encode_chunk", lambda *a: calls.append(1))
+    prepare_c4.main(args)
+    assert calls == [] and {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == mtimes
+    code, err = run_main(args + ["--train_tokens", "100"], capsys)
+    assert code == 2 and "train_tokens: 100000000 -> 100" in err and "--force" in err
+    monkeypatch.undo()
+    prepare_c4.main(args + ["--train_tokens", "100", "--force"])
+    meta = prepare_c4.load_meta(out)
+    assert meta["args"]["train_tokens"] == 100  # document 0 has 73 tokens, document 1 crosses 100
+    assert meta["splits"]["train"]["documents"] == 2
+    assert meta["splits"]["train"]["tokens"] == sum(len(t.encode()) + 1 for t in TRAIN[0][:2])
+
+
+def test_load_meta_rejects_corrupt_folders(shards, tmp_path):
+    good = prepare_c4.prepare_c4(tmp_path / "good", "bytes", [str(shards)])
+    meta = json.loads((good / "meta.json").read_text())
+
+    def broken(name, change):
+        d = tmp_path / name
+        d.mkdir()
+        for p in good.iterdir():
+            (d / p.name).write_bytes(p.read_bytes())
+        change(d)
+        with pytest.raises(ValueError) as e:
+            prepare_c4.load_meta(d)
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    assert "prepare_c4.py" in broken("no_meta", lambda d: (d / "meta.json").unlink())
+    assert "not valid JSON" in broken("bad_json", lambda d: (d / "meta.json").write_text("{"))
+    assert "unknown format" in broken("format", lambda d: (d / "meta.json").write_text(json.dumps({**meta, "format": 2})))
+    assert "float32" in broken("dtype", lambda d: (d / "meta.json").write_text(json.dumps({**meta, "dtype": "float32"})))
+    assert "missing or empty" in broken("no_val", lambda d: (d / "val.bin").unlink())
+    assert "missing or empty" in broken("empty", lambda d: (d / "train.bin").write_bytes(b""))
+    assert "truncated" in broken("short", lambda d: (d / "train.bin").write_bytes((d / "train.bin").read_bytes()[:-2]))
+    assert "truncated" in broken("odd", lambda d: (d / "val.bin").write_bytes((d / "val.bin").read_bytes() + b"\0"))
+    with pytest.raises(ValueError, match="not a prepared dataset"):
+        prepare_c4.load_meta(tmp_path / "nowhere")
+
+
+def test_offline_corpus_is_deterministic(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_c4, "CHUNK_DOCS", 64)
+    a, b = (prepare_c4.load_meta(prepare_c4.prepare_offline(tmp_path / d, "bytes", max_docs=300)) for d in "ab")
+    assert a["splits"] == b["splits"] and a["stand_in_for_c4"] is True and "NOT C4" in a["description"]
+    assert a["splits"]["train"]["documents"] + a["splits"]["val"]["documents"] == 300
+    for split in ("train", "val"):
+        for doc in read_docs(tmp_path / "a", split, 256):
+            text = bytes(doc).decode()
+            assert len(text) >= prepare_c4.MIN_DOC_CHARS
+            assert (int(hashlib.sha1(text.encode()).hexdigest(), 16) % 100 < 2) == (split == "val")
+    docs = prepare_c4.offline_documents(max_docs=120)
+    assert docs == prepare_c4.offline_documents(max_docs=120, num_proc=2) and len(set(docs)) == 120
+
+
+def test_small_pieces(tmp_path):
+    import tiktoken_ext.openai_public
+    assert prepare_c4.GPT2_PAT == tiktoken_ext.openai_public.r50k_pat_str
+    assert prepare_c4.count("1e5") == prepare_c4.count("100_000") == 100_000
+    bad = tmp_path / "gap.tiktoken"
+    bad.write_bytes(base64.b64encode(b"a") + b" 0\n" + base64.b64encode(b"b") + b" 2\n")
+    with pytest.raises(prepare_c4.PrepareError, match="ranks"):
+        prepare_c4.load_tokenizer(str(bad))
