@@ -1,0 +1,216 @@
+"""OrthoAdam against a dense float64 implementation of Algorithm 1, and against torch.optim.AdamW."""
+import copy
+import functools
+import io
+import math
+
+import pytest
+import torch
+
+from orthoadam import OrthoAdam
+
+HP = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+SHAPES = {'w': (6, 12), 'b': (24,), 't': (3, 4, 8), 'r': (12, 5), 'one': (1, 12)}
+
+
+def make_params(shapes=SHAPES, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {n: torch.nn.Parameter(torch.randn(s, generator=g).to(dtype)) for n, s in shapes.items()}
+
+
+def make_grads(params, steps, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [{n: torch.randn(p.shape, generator=g).to(p.dtype) for n, p in params.items()} for _ in range(steps)]
+
+
+def run(opt, params, grads):
+    for step in grads:
+        for n, p in params.items():
+            p.grad = step[n].clone()
+        opt.step()
+
+
+def reference_algorithm1(theta, grads, q, lr, betas, eps, weight_decay):
+    """Algorithm 1 with an explicit n×n Q on the row-major flattened parameter, float64 throughout."""
+    theta, q = theta.double().flatten(), q.double()
+    m = torch.zeros_like(theta)
+    v = torch.zeros_like(theta)
+    for t, g in enumerate(grads, 1):
+        g_bar = q @ g.double().flatten()
+        m = betas[0] * m + (1 - betas[0]) * g_bar
+        v = betas[1] * v + (1 - betas[1]) * g_bar * g_bar
+        m_hat, v_hat = m / (1 - betas[0] ** t), v / (1 - betas[1] ** t)
+        s = q.T @ (m_hat / (v_hat.sqrt() + eps))
+        theta = theta * (1 - lr * weight_decay) - lr * s
+    return theta
+
+
+def dense_q(opt, p):
+    return functools.reduce(torch.kron, opt.dense_factors(p))
+
+
+def sylvester(n):
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h
+
+
+def signed_permutation(n, generator):
+    signs = torch.randint(0, 2, (n,), generator=generator).double() * 2 - 1
+    return torch.eye(n, dtype=torch.float64)[torch.randperm(n, generator=generator)] * signs
+
+
+@pytest.mark.parametrize('options', [
+    dict(rotation='hadamard'),
+    dict(rotation='haar'),
+    dict(rotation='hadamard', axes='residual', residual_dim=12),
+    dict(rotation='haar', axes='residual', residual_dim=12),
+])
+def test_matches_dense_reference(options):
+    params = make_params()
+    grads = make_grads(params, 6)
+    theta0 = {n: p.detach().clone() for n, p in params.items()}
+    groups = [{'params': [(n, params[n]) for n in ('w', 'b', 't', 'one')]},
+              {'params': [('r', params['r'])], 'skip_axes': (1,)}]
+    opt = OrthoAdam(groups, **HP, **options)
+    qs = {n: dense_q(opt, p) for n, p in params.items()}
+    run(opt, params, grads)
+    for n, p in params.items():
+        want = reference_algorithm1(theta0[n], [g[n] for g in grads], qs[n], **HP)
+        torch.testing.assert_close(p.detach().double().flatten(), want, atol=1e-5, rtol=0)
+    assert sum(not torch.equal(q, torch.eye(len(q), dtype=q.dtype)) for q in qs.values()) >= 2   # non-trivial Q
+
+
+def test_residual_axes_policy():
+    params = make_params()
+    opt = OrthoAdam(params.items(), axes='residual', residual_dim=12)
+    rotated = {n: [not torch.equal(q, torch.eye(len(q), dtype=q.dtype)) for q in opt.dense_factors(p)]
+               for n, p in params.items()}
+    assert rotated == {'w': [False, True], 'b': [False], 't': [False, False, False], 'r': [True, False],
+                       'one': [False, True]}
+
+
+@pytest.mark.parametrize('n', [2, 8, 64, 256, 2048, 6, 24, 40, 7])
+def test_hadamard_factors_are_orthogonal_and_mix(n):
+    p = torch.nn.Parameter(torch.zeros(n))
+    q = OrthoAdam([p]).dense_factors(p)[0]
+    torch.testing.assert_close(q @ q.T, torch.eye(n, dtype=torch.float64), atol=1e-5, rtol=0)
+    k = (n & -n).bit_length() - 1
+    two, m = 2 ** k, n >> k
+    mag = q.abs().reshape(two, m, two, m)   # |Q| = |H_{2^k}|/sqrt(2^k) ⊗ |R_m|: flat over the Hadamard indices
+    torch.testing.assert_close(mag, mag[:1, :, :1, :].expand_as(mag), atol=1e-12, rtol=0)
+    if m == 1:   # a one-hot vector spreads evenly, and Q is the Sylvester matrix times diag(signs)
+        torch.testing.assert_close(q.abs(), torch.full((n, n), n ** -0.5, dtype=torch.float64), atol=1e-12, rtol=0)
+        signs = q[0] * math.sqrt(n)
+        torch.testing.assert_close(q, sylvester(n) / math.sqrt(n) * signs, atol=1e-12, rtol=0)
+
+
+def test_haar_factors_are_orthogonal():
+    p = torch.nn.Parameter(torch.zeros(5, 24))
+    for q in OrthoAdam([p], rotation='haar').dense_factors(p):
+        torch.testing.assert_close(q @ q.T, torch.eye(len(q), dtype=torch.float64), atol=1e-5, rtol=0)
+        assert (q.abs() > 1e-3).float().mean() > 0.9   # dense, not a permutation
+
+
+@pytest.mark.parametrize('options, equal', [
+    (dict(rotation='identity'), True),
+    (dict(axes='none'), True),
+    (dict(rotation=signed_permutation), True),   # Adam is equivariant under signed permutations
+    (dict(rotation='hadamard'), False),
+    (dict(rotation='haar'), False),
+])
+def test_adamw_equivalence(options, equal):
+    params, ref = make_params(), make_params()
+    grads = make_grads(params, 5)
+    run(OrthoAdam(params.values(), **HP, **options), params, grads)
+    run(torch.optim.AdamW(ref.values(), **HP), ref, grads)
+    diff = max((params[n] - ref[n]).abs().max().item() for n in params)
+    assert diff < 1e-6 if equal else diff > 1e-3
+
+
+def test_q_is_fixed_by_seed_and_name_not_global_rng():
+    def factors(names, seed, rng):
+        torch.manual_seed(rng)
+        params = [torch.nn.Parameter(torch.zeros(s)) for s in ((6, 24), (40,))]
+        opt = OrthoAdam(list(zip(names, params)), seed=seed)
+        return [q for p in params for q in opt.dense_factors(p)]
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a, b))
+
+    base = factors(['a', 'b'], 0, rng=1)
+    assert same(base, factors(['a', 'b'], 0, rng=2))
+    assert same(base, factors(['module._orig_mod.a', '_orig_mod.b'], 0, rng=3))   # DDP / compile wrappers
+    assert not same(base[:2], factors(['c', 'b'], 0, rng=1)[:2]) and same(base[2:], factors(['c', 'b'], 0, 1)[2:])
+    assert not same(base, factors(['a', 'b'], 1, rng=1))
+    for rotation in ('hadamard', 'haar'):   # unnamed parameters: identity is "group.index"
+        p = [torch.nn.Parameter(torch.zeros(12)) for _ in range(2)]
+        a, b = OrthoAdam(p, rotation=rotation), OrthoAdam(p, rotation=rotation)
+        torch.manual_seed(0)
+        qa = a.dense_factors(p[0])[0]
+        torch.manual_seed(1)
+        assert torch.equal(qa, b.dense_factors(p[0])[0])
+        assert not torch.equal(qa, a.dense_factors(p[1])[0])
+
+
+@pytest.mark.parametrize('rotation, dtype', [('hadamard', torch.float32), ('haar', torch.float32),
+                                             ('hadamard', torch.bfloat16)])
+def test_state_dict_round_trip_keeps_q(rotation, dtype):
+    params = make_params(dtype=dtype)
+    grads = make_grads(params, 6)
+    groups = [{'params': [(n, params[n]) for n in ('w', 'b', 't')]},
+              {'params': [('r', params['r']), ('one', params['one'])], 'skip_axes': (0,), 'weight_decay': 0.0}]
+    opt = OrthoAdam(groups, **HP, rotation=rotation, seed=0)
+    run(opt, params, grads[:3])
+    buf = io.BytesIO()
+    torch.save(opt.state_dict(), buf)
+    buf.seek(0)
+    state = torch.load(buf)
+    assert all({'step', 'exp_avg', 'exp_avg_sq', 'q_seed', 'rotated_axes'} <= set(s) for s in state['state'].values())
+
+    resumed_params = copy.deepcopy(params)
+    resumed_groups = [{'params': [(n, resumed_params[n]) for n in ('w', 'b', 't')]},
+                      {'params': [('r', resumed_params['r']), ('one', resumed_params['one'])]}]
+    resumed = OrthoAdam(resumed_groups, lr=1.0, rotation=rotation, seed=12345)
+    resumed.load_state_dict(state)
+    run(opt, params, grads[3:])
+    run(resumed, resumed_params, grads[3:])
+    for n in params:
+        assert torch.equal(params[n], resumed_params[n]), n
+        assert resumed.state[resumed_params[n]]['exp_avg'].dtype == torch.float32
+        assert all(torch.equal(a, b) for a, b in zip(opt.dense_factors(params[n]),
+                                                      resumed.dense_factors(resumed_params[n])))
+
+
+def test_bf16_params():
+    params = make_params(dtype=torch.bfloat16)
+    ref = {n: torch.nn.Parameter(p.detach().float()) for n, p in params.items()}
+    grads = make_grads(params, 4)
+    opt = OrthoAdam(params.items(), **HP)
+    run(opt, params, grads)
+    run(OrthoAdam(ref.items(), **HP), ref, [{n: g.float() for n, g in step.items()} for step in grads])
+    for n, p in params.items():
+        assert p.dtype == torch.bfloat16 and opt.state[p]['exp_avg'].dtype == torch.float32
+        assert opt.state[p]['exp_avg_sq'].dtype == torch.float32
+        torch.testing.assert_close(p.float(), ref[n].detach(), atol=2e-2, rtol=2e-2)
+
+
+def test_skip_axes_leaves_axis_unrotated():
+    emb, other = torch.nn.Parameter(torch.zeros(10, 12)), torch.nn.Parameter(torch.zeros(10, 12))
+    opt = OrthoAdam([{'params': [emb], 'skip_axes': (0,)}, {'params': [other]}])
+    q0, q1 = opt.dense_factors(emb)
+    assert torch.equal(q0, torch.eye(10, dtype=torch.float64)) and not torch.equal(q1, torch.eye(12, dtype=q1.dtype))
+    assert not any(torch.equal(q, torch.eye(len(q), dtype=q.dtype)) for q in opt.dense_factors(other))
+
+
+@pytest.mark.parametrize('options, match', [
+    (dict(rotation='hadamrd'), 'rotation'),
+    (dict(axes='resid'), 'axes'),
+    (dict(axes='residual'), 'residual_dim'),
+    (dict(skip_axes=('vocab',)), 'skip_axes'),
+    (dict(betas=(0.9, 1.0)), 'betas'),
+])
+def test_invalid_options(options, match):
+    with pytest.raises(ValueError, match=match):
+        OrthoAdam([torch.nn.Parameter(torch.zeros(4))], **options)
