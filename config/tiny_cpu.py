@@ -1,0 +1,10 @@
+# A 2-layer model that trains on CPU in well under a minute: first contact and tests.
+#   python prepare_c4.py --source offline && python train.py config/tiny_cpu.py
+out_dir = 'out/tiny_cpu'
+dataset = 'offline'
+n_layer, n_head, n_embd, block_size = 2, 4, 64, 64
+batch_size, gradient_accumulation_steps = 16, 1
+learning_rate, min_lr = 3e-3, 3e-4
+warmup_iters, max_iters, lr_decay_iters = 20, 200, 200
+eval_interval, eval_tokens, log_interval = 100, 32_768, 20
+device, compile = 'cpu', False

@@ -1,0 +1,77 @@
+"""configurator.py: nanoGPT workflow with validation; config/ files describe the paper's sizes."""
+import glob
+import json
+import re
+
+import pytest
+import torch
+
+from configurator import ConfigError, load_config, save_config
+from model import GPT, GPTConfig
+
+DEFAULTS = dict(learning_rate=1e-3, max_iters=100, optimizer='adamw', compile=True, betas=(0.9, 0.95), note=None)
+CHOICES = dict(optimizer=('adamw', 'orthoadam'))
+
+
+def test_files_then_overrides_in_order(tmp_path):
+    a = tmp_path / 'a.py'
+    a.write_text("import math\n_helper = 3\nmax_iters = 10 * _helper\nlearning_rate = math.sqrt(4e-6)\n")
+    b = tmp_path / 'b.py'
+    b.write_text("max_iters = 7\n")
+    cfg = load_config(DEFAULTS, [str(a), str(b), '--optimizer=orthoadam', '--compile=False', '--learning_rate=1'])
+    assert cfg == dict(DEFAULTS, max_iters=7, learning_rate=1.0, optimizer='orthoadam', compile=False)
+    assert isinstance(cfg['learning_rate'], float)
+
+
+def test_unknown_key_suggests_closest(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown config key 'learning_rat'.*did you mean learning_rate"):
+        load_config(DEFAULTS, ['--learning_rat=1e-3'])
+    f = tmp_path / 'typo.py'
+    f.write_text("max_iter = 5\n")
+    with pytest.raises(ConfigError, match=r"unknown config key 'max_iter' in .*typo.py.*did you mean max_iters"):
+        load_config(DEFAULTS, [str(f)])
+
+
+@pytest.mark.parametrize('arg,msg', [
+    ('--max_iters=1.5', r"'max_iters'.*expects int, got float 1.5"),
+    ('--compile=yes', r"'compile'.*expects bool, got str 'yes'"),
+    ('--max_iters=True', r"'max_iters'.*expects int, got bool"),
+    ('--optimizer=adam', r"'optimizer'.*must be one of 'adamw', 'orthoadam', got 'adam'"),
+    ('--max_iters', r"must look like --key=value"),
+])
+def test_bad_values_are_one_line_errors(arg, msg):
+    with pytest.raises(ConfigError, match=msg):
+        load_config(DEFAULTS, [arg], CHOICES)
+
+
+def test_tuple_list_and_none_defaults():
+    cfg = load_config(DEFAULTS, ['--betas=[0.9,0.99]', '--note=anything'])
+    assert cfg['betas'] == (0.9, 0.99) and cfg['note'] == 'anything'
+
+
+def test_missing_or_broken_file(tmp_path):
+    with pytest.raises(ConfigError, match='not found'):
+        load_config(DEFAULTS, [str(tmp_path / 'nope.py')])
+    bad = tmp_path / 'bad.py'
+    bad.write_text("max_iters = 1/0\n")
+    with pytest.raises(ConfigError, match='ZeroDivisionError'):
+        load_config(DEFAULTS, [str(bad)])
+
+
+def test_save_config_round_trips(tmp_path):
+    path = tmp_path / 'config.json'
+    save_config(dict(DEFAULTS), str(path))
+    assert json.loads(path.read_text())['max_iters'] == 100
+
+
+@pytest.mark.parametrize('path', sorted(glob.glob('config/*.py')))
+def test_config_files_are_valid_and_state_their_parameter_count(path):
+    import train
+    cfg = load_config(train.DEFAULTS, [path], train.CHOICES)
+    claimed = re.search(r"num_params\(\) = ([\d,]+)", open(path).read())
+    if claimed is None:
+        return
+    args = {k: cfg[k] for k in train.MODEL_KEYS}
+    args['vocab_size'] = 50257
+    with torch.device('meta'):
+        assert GPT(GPTConfig(**args)).num_params() == int(claimed.group(1).replace(',', ''))

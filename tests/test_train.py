@@ -1,0 +1,190 @@
+"""train.py end to end on CPU: logging, checkpoints, exact resume, DDP equivalence, clear errors."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import train
+from conftest import ROOT, write_dataset
+from configurator import load_config
+
+
+def config(data, out, *overrides):
+    args = [os.path.join(ROOT, 'config', 'tiny_cpu.py'), f'--dataset={data}', f'--out_dir={out}',
+            '--n_layer=2', '--n_embd=32', '--n_head=2', '--block_size=32', '--batch_size=4',
+            '--eval_tokens=2048', '--log_interval=1', '--warmup_iters=2', '--lr_decay_iters=12',
+            '--max_iters=6', '--eval_interval=100', *overrides]
+    return load_config(train.DEFAULTS, list(args), train.CHOICES)
+
+
+def run_cli(*args, env=None, **kw):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})), timeout=240, **kw)
+
+
+def final_weights(out):
+    return torch.load(os.path.join(out, 'ckpt.pt'), map_location='cpu', weights_only=False)['model']
+
+
+def test_tiny_run_logs_checkpoints_and_learns(bigram_data, tmp_path):
+    out = str(tmp_path / 'run')
+    result = train.train(config(bigram_data, out, '--max_iters=30', '--lr_decay_iters=30', '--eval_interval=15',
+                                '--attn=softmax1', '--optimizer=orthoadam', '--log_interval=5'))
+    events = [json.loads(line) for line in open(os.path.join(out, 'log.jsonl'))]
+    evals = [e for e in events if e['event'] == 'eval']
+    trains = [e for e in events if e['event'] == 'train']
+    assert [e['iter'] for e in evals] == [0, 15, 30]
+    assert [e['iter'] for e in trains] == [5, 10, 15, 20, 25, 30]
+    assert evals[-1]['val_loss'] < evals[0]['val_loss'] - 0.5       # a bigram process is learnable
+    assert evals[0]['val_loss'] == pytest.approx(math.log(64), abs=0.3)   # uniform over 64 tokens at init
+    assert result['val_ppl'] == pytest.approx(math.exp(evals[-1]['val_loss']))
+    assert set(trains[0]) >= {'loss', 'lr', 'tokens_per_s', 'mfu', 'elapsed_s', 'tokens'}
+    ckpt = torch.load(result['ckpt'], map_location='cpu', weights_only=False)
+    assert ckpt['iter_num'] == 30 and not any(k.startswith('_orig_mod') for k in ckpt['model'])
+    assert {'model', 'optimizer', 'model_args', 'rng', 'config', 'data', 'scaler'} <= set(ckpt)
+    assert all('q_seed' in s for s in ckpt['optimizer']['state'].values())   # OrthoAdam's Q identity
+    saved = json.load(open(os.path.join(out, 'config.json')))
+    assert saved['attn'] == 'softmax1' and saved['vocab_size'] == 64
+
+
+def test_schedule_warmup_cosine_floor():
+    cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110, max_iters=200)
+    assert train.get_lr(0, cfg) == pytest.approx(1 / 11)
+    assert train.get_lr(9, cfg) == pytest.approx(10 / 11)
+    assert train.get_lr(10, cfg) == pytest.approx(1.0)
+    assert train.get_lr(60, cfg) == pytest.approx(0.55)          # half way: min + (max - min) / 2
+    assert train.get_lr(110, cfg) == pytest.approx(0.1)
+    assert train.get_lr(150, cfg) == pytest.approx(0.1)
+
+
+def test_weight_decay_groups_and_embedding_axis_policy(bigram_data, tmp_path):
+    from model import GPT, GPTConfig
+    m = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
+    cfg = dict(train.DEFAULTS, optimizer='orthoadam', weight_decay=0.1, n_embd=16)
+    opt = train.configure_optimizer(m, cfg, 'cpu')
+    decayed = {n for g in opt.param_groups if g['weight_decay'] > 0 for n in g['param_names']}
+    assert decayed == {n for n, p in m.named_parameters() if p.dim() >= 2}
+    skip = [g for g in opt.param_groups if g.get('skip_axes') == (0,)]
+    assert len(skip) == 1 and skip[0]['param_names'] == ['transformer.wte.weight']
+    opt = train.configure_optimizer(m, dict(cfg, orthoadam_vocab_axis='rotate'), 'cpu')
+    assert not any(g.get('skip_axes') for g in opt.param_groups)
+
+
+def test_eval_is_a_fixed_window_average(bigram_data, tmp_path):
+    cfg = config(bigram_data, str(tmp_path / 'e'))
+    cfg['vocab_size'] = 64
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS}))
+    meta = json.load(open(os.path.join(bigram_data, 'meta.json')))
+    path = os.path.join(bigram_data, 'val.bin')
+    loss, ppl, n = train.evaluate(m, path, meta, cfg, 0, 1, 'cpu', train.contextlib.nullcontext())
+    data = np.fromfile(path, dtype=np.uint16).astype(np.int64)
+    T = cfg['block_size']
+    losses = []
+    with torch.no_grad():
+        for w in range(cfg['eval_tokens'] // T):
+            xy = torch.from_numpy(data[w * T:w * T + T + 1])[None]
+            losses.append(m(xy[:, :-1], xy[:, 1:])[1].item())
+    assert n == cfg['eval_tokens'] and loss == pytest.approx(float(np.mean(losses)), rel=1e-5)
+    assert ppl == pytest.approx(math.exp(loss))
+
+
+def test_resume_is_exact(bigram_data, tmp_path):
+    """N steps, stop, resume, N steps == 2N steps straight (dropout on, OrthoAdam state, schedule)."""
+    common = ('--dropout=0.1', '--optimizer=orthoadam', '--attn=softmax1', '--max_iters=8',
+              '--lr_decay_iters=8', '--gradient_accumulation_steps=2')
+    straight, split = str(tmp_path / 'straight'), str(tmp_path / 'split')
+    train.train(config(bigram_data, straight, *common))
+    train.train(config(bigram_data, split, *common, '--max_iters=4'))
+    assert torch.load(os.path.join(split, 'ckpt.pt'), weights_only=False)['iter_num'] == 4
+    train.train(config(bigram_data, split, *common, '--init_from=resume'))
+    a, b = final_weights(straight), final_weights(split)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_two_process_ddp_matches_single_process(bigram_data, tmp_path):
+    common = [os.path.join('config', 'tiny_cpu.py'), f'--dataset={bigram_data}', '--n_embd=32', '--block_size=32',
+              '--batch_size=4', '--gradient_accumulation_steps=2', '--max_iters=4', '--eval_tokens=2048',
+              '--optimizer=orthoadam', '--attn=softmax1', '--log_interval=1']
+    single, ddp = str(tmp_path / 'single'), str(tmp_path / 'ddp')
+    r1 = run_cli('train.py', *common, f'--out_dir={single}')
+    assert r1.returncode == 0, r1.stderr
+    r2 = run_cli('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train.py', *common,
+                 f'--out_dir={ddp}', env={'OMP_NUM_THREADS': '1'})
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    a, b = final_weights(single), final_weights(ddp)
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5), k
+    la = [json.loads(line)['loss'] for line in open(os.path.join(single, 'log.jsonl')) if '"train"' in line]
+    lb = [json.loads(line)['loss'] for line in open(os.path.join(ddp, 'log.jsonl')) if '"train"' in line]
+    assert la == pytest.approx(lb, rel=1e-5)
+    ckpt = torch.load(os.path.join(ddp, 'ckpt.pt'), weights_only=False)
+    assert len(ckpt['rng']) == 2   # one RNG state per rank
+
+
+def test_sigterm_writes_checkpoint_and_resume_continues(bigram_data, tmp_path):
+    out = str(tmp_path / 'sig')
+    args = ['train.py', os.path.join('config', 'tiny_cpu.py'), f'--dataset={bigram_data}', f'--out_dir={out}',
+            '--max_iters=100000', '--eval_interval=100000', '--log_interval=1', '--eval_tokens=2048']
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = os.path.join(out, 'log.jsonl')
+    deadline = time.time() + 120
+    while time.time() < deadline and not (os.path.exists(log) and open(log).read().count('"train"') >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert 'checkpoint written' in stdout
+    it = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num']
+    assert it >= 3
+    r = run_cli(*args[:3], f'--out_dir={out}', '--init_from=resume', f'--max_iters={it + 2}', '--eval_tokens=2048')
+    assert r.returncode == 0, r.stderr
+    assert f'val ppl' in r.stdout and f'iteration {it + 2}' in r.stdout
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(bigram_data, tmp_path, monkeypatch):
+    out = str(tmp_path / 'nan')
+    train.train(config(bigram_data, out, '--max_iters=4'))
+    before = final_weights(out)
+    original = train.GPT.forward
+
+    def poisoned(self, idx, targets=None, analysis=False):   # every training loss after the resume is NaN
+        logits, loss = original(self, idx, targets)
+        return logits, (loss * float('nan') if self.training else loss)
+    monkeypatch.setattr(train.GPT, 'forward', poisoned)
+    with pytest.raises(train.TrainingError, match='non-finite loss'):
+        train.train(config(bigram_data, out, '--init_from=resume', '--max_iters=12', '--eval_interval=6'))
+    after = final_weights(out)
+    assert torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num'] == 4
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_user_errors_are_one_line(bigram_data, tmp_path):
+    def err(*args):
+        r = run_cli('train.py', *args)
+        assert r.returncode == 2 and 'Traceback' not in r.stderr, r.stderr
+        return r.stderr.strip()
+    tiny = os.path.join('config', 'tiny_cpu.py')
+    assert "did you mean learning_rate" in err(tiny, '--learnin_rate=1')
+    assert "must be one of" in err(tiny, '--optimizer=adam')
+    assert "prepare_c4.py" in err(tiny, f'--dataset={tmp_path / "missing"}')
+    bad = write_dataset(str(tmp_path / 'badvocab'), vocab_size=64, n_train=5000, n_val=2000)
+    meta = json.load(open(os.path.join(bad, 'meta.json')))
+    meta['vocab_size'] = 10   # tokens up to 63 now exceed the declared vocabulary
+    json.dump(meta, open(os.path.join(bad, 'meta.json'), 'w'))
+    assert "token id" in err(tiny, f'--dataset={bad}', f'--out_dir={tmp_path / "o1"}')
+    out = str(tmp_path / 'o2')
+    train.train(config(bigram_data, out, '--max_iters=2'))
+    assert "exists" in err(tiny, f'--dataset={bigram_data}', f'--out_dir={out}')
+    msg = err(tiny, f'--dataset={bigram_data}', f'--out_dir={out}', '--init_from=resume', '--n_layer=3')
+    assert "another model config" in msg and "n_layer" in msg
