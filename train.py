@@ -49,7 +49,7 @@ DEFAULTS = dict(
 )
 CHOICES = dict(
     MODEL_CHOICES,
-    init_from=('scratch', 'resume'),
+    init_from=('scratch', 'resume', 'auto'),
     optimizer=('adamw', 'orthoadam', 'rmsprop', 'sgd'),
     orthoadam_rotation=('hadamard', 'haar'),
     orthoadam_axes=('all', 'residual'),
@@ -258,6 +258,8 @@ def train(cfg):
         raise TrainingError(f"gradient_accumulation_steps={accum_global} must be a multiple of the number of ranks ({world})")
     accum = accum_global // world
     ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
+    if cfg['init_from'] == 'auto':   # resume when out_dir holds a checkpoint, else start from scratch
+        cfg['init_from'] = 'resume' if os.path.exists(ckpt_path) else 'scratch'
     if cfg['init_from'] == 'scratch' and os.path.exists(ckpt_path) and not cfg['eval_only']:
         raise TrainingError(f"{ckpt_path} exists; continue it with --init_from=resume, or choose another --out_dir")
 

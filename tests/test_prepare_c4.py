@@ -291,3 +291,24 @@ def test_small_pieces(tmp_path):
     bad.write_bytes(base64.b64encode(b"a") + b" 0\n" + base64.b64encode(b"b") + b" 2\n")
     with pytest.raises(prepare_c4.PrepareError, match="ranks"):
         prepare_c4.load_tokenizer(str(bad))
+
+
+@pytest.mark.parametrize("source", ["shards", "offline"])
+def test_train_reads_what_prepare_writes(source, shards, vocab, tmp_path):
+    """train.py trains from local C4 shards (test vocabulary) and from the offline corpus (bytes)."""
+    import math
+
+    import train
+    from configurator import load_config
+    from conftest import ROOT
+    out = tmp_path / "data"
+    if source == "shards":
+        prepare_c4.prepare_c4(out_dir=out, tokenizer=str(vocab[0]), data_files=[str(shards)], val_docs=100)
+    else:
+        prepare_c4.prepare_offline(out_dir=out, tokenizer="bytes", max_docs=300)
+    args = [os.path.join(ROOT, "config", "tiny_cpu.py"), f"--dataset={out}", f"--out_dir={tmp_path / 'run'}",
+            "--max_iters=3", "--block_size=16", "--batch_size=2", "--eval_tokens=64"]
+    cfg = load_config(train.DEFAULTS, args, train.CHOICES)
+    result = train.train(cfg)
+    assert cfg["vocab_size"] == prepare_c4.load_meta(out)["vocab_size"]
+    assert math.isfinite(result["val_loss"]) and result["iter"] == 3

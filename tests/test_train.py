@@ -188,3 +188,34 @@ def test_user_errors_are_one_line(bigram_data, tmp_path):
     assert "exists" in err(tiny, f'--dataset={bigram_data}', f'--out_dir={out}')
     msg = err(tiny, f'--dataset={bigram_data}', f'--out_dir={out}', '--init_from=resume', '--n_layer=3')
     assert "another model config" in msg and "n_layer" in msg
+
+
+@pytest.mark.parametrize('name,momentum,cls', [('sgd', 0.0, torch.optim.SGD), ('sgd', 0.9, torch.optim.SGD),
+                                               ('rmsprop', 0.0, torch.optim.RMSprop), ('adamw', 0.0, torch.optim.AdamW)])
+def test_ablation_optimisers_from_config(name, momentum, cls):
+    from model import GPT, GPTConfig
+    m = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
+    cfg = dict(train.DEFAULTS, optimizer=name, momentum=momentum, learning_rate=0.2, beta2=0.99, weight_decay=0.1)
+    opt = train.configure_optimizer(m, cfg, 'cpu')
+    assert type(opt) is cls and opt.defaults['lr'] == 0.2
+    if name != 'adamw':
+        assert opt.defaults['momentum'] == momentum
+    if name == 'rmsprop':
+        assert opt.defaults['alpha'] == 0.99
+    # one SGD step without momentum is p - lr * (grad + wd * p) on matrices, p - lr * grad elsewhere
+    if name == 'sgd' and momentum == 0:
+        before = {n: p.detach().clone() for n, p in m.named_parameters()}
+        m(torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8)))[1].backward()
+        grads = {n: p.grad.clone() for n, p in m.named_parameters()}
+        opt.step()
+        for n, p in m.named_parameters():
+            wd = 0.1 if p.dim() >= 2 else 0.0
+            assert torch.allclose(p, before[n] - 0.2 * (grads[n] + wd * before[n]), atol=1e-6), n
+
+
+def test_wandb_offline_logging(bigram_data, tmp_path, monkeypatch):
+    pytest.importorskip('wandb')
+    monkeypatch.setenv('WANDB_MODE', 'offline')
+    monkeypatch.setenv('WANDB_DIR', str(tmp_path))
+    train.train(config(bigram_data, str(tmp_path / 'wb'), '--wandb_log=True', '--max_iters=2'))
+    assert list(tmp_path.glob('wandb/offline-run-*'))
