@@ -230,6 +230,20 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+    @classmethod
+    def from_checkpoint(cls, path, device='cpu'):
+        """(model in eval mode, checkpoint dict without the weights) from a train.py checkpoint.
+        Raises ValueError with a one-line message when the file is missing or not a checkpoint."""
+        try:
+            ckpt = torch.load(path, map_location='cpu', weights_only=False)
+            model = cls(GPTConfig(**ckpt['model_args']))
+            model.load_state_dict(ckpt.pop('model'))
+        except FileNotFoundError:
+            raise ValueError(f"checkpoint {path} not found") from None
+        except Exception as e:   # unreadable file, missing keys, shapes from another config
+            raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__}: {e})") from None
+        return model.to(device).eval(), ckpt
+
     def num_params(self, exclude_embeddings=False):
         """Number of parameters (tied weights once). exclude_embeddings drops token/position tables."""
         n = sum(p.numel() for p in self.parameters())

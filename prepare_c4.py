@@ -454,6 +454,21 @@ def load_meta(data_dir) -> dict:
     return meta
 
 
+def iter_documents(data_dir, split="val", max_docs=None, chunk_tokens=1 << 22) -> Iterator[np.ndarray]:
+    """Yield the documents of a prepared split in order, each as an int64 array of token ids without its
+    end-of-text token. Streams the memmap in chunks: memory does not grow with the number of documents."""
+    meta = load_meta(data_dir)
+    data = np.memmap(Path(data_dir) / f"{split}.bin", dtype=meta["dtype"], mode="r")
+    eot, start, done = meta["eot_token"], 0, 0
+    for lo in range(0, len(data), chunk_tokens):
+        cuts = lo + np.flatnonzero(np.asarray(data[lo:lo + chunk_tokens]) == eot)
+        for cut in cuts:
+            if max_docs is not None and done >= max_docs:
+                return
+            yield np.asarray(data[start:cut], dtype=np.int64)
+            start, done = cut + 1, done + 1
+
+
 def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, stand_in: bool,
             split_texts: Callable[[str], Iterable[str]], limits: dict, num_proc: int = 1, force: bool = False) -> Path:
     """Write both splits and meta.json into out_dir; finished work with the same args is kept.

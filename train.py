@@ -92,6 +92,11 @@ def all_reduce(t, op=dist.ReduceOp.SUM):
     return t
 
 
+def any_rank(flag):
+    """True on every rank when the boolean tensor `flag` is true on any rank."""
+    return bool(all_reduce(flag.to(torch.int32), dist.ReduceOp.MAX).item())
+
+
 def peak_flops(device_type):
     if device_type != 'cuda':
         return None
@@ -268,7 +273,7 @@ def train(cfg):
         cfg['vocab_size'] = meta['vocab_size']
     elif cfg['vocab_size'] < meta['vocab_size']:
         raise TrainingError(f"vocab_size={cfg['vocab_size']} is smaller than the data's vocabulary ({meta['vocab_size']})")
-    if master:
+    if master and not cfg['eval_only']:
         os.makedirs(cfg['out_dir'], exist_ok=True)
         save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
     tokens_per_iter = accum_global * cfg['batch_size'] * cfg['block_size']
@@ -319,9 +324,9 @@ def train(cfg):
             dist.all_gather_object(states, rng_state(device_type))
         else:
             states = [rng_state(device_type)]
+        if not all(torch.isfinite(p).all() for p in raw_model.parameters()):   # same weights on every rank
+            raise TrainingError("non-finite weights; not overwriting the last good checkpoint")
         if master:
-            if not all(torch.isfinite(p).all() for p in raw_model.parameters()):
-                raise TrainingError("non-finite weights; not overwriting the last good checkpoint")
             save_checkpoint(ckpt_path, {
                 'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
                 'model_args': model_args, 'iter_num': iter_num, 'best_val_loss': best_val_loss, 'config': cfg,
@@ -362,7 +367,7 @@ def train(cfg):
         x, y = get_batch(paths['train'], meta, cfg, iter_num, rank * accum, device)
         while True:
             if iter_num % cfg['eval_interval'] == 0 or iter_num == cfg['max_iters']:
-                if bool(nonfinite):
+                if any_rank(nonfinite):
                     raise TrainingError(f"non-finite loss before iteration {iter_num}; stopped, the last good checkpoint "
                                         f"is kept (lower learning_rate or use grad_clip)")
                 val_loss, val_ppl, n = evaluate(model, paths['val'], meta, cfg, rank, world, device, autocast)
@@ -401,7 +406,7 @@ def train(cfg):
 
             if iter_num % cfg['log_interval'] == 0 or iter_num == cfg['max_iters']:
                 loss_avg = all_reduce(loss_sum.clone()).item() / world / (iter_num - last_log_iter)
-                if bool(nonfinite) or not math.isfinite(loss_avg):
+                if not math.isfinite(loss_avg):   # a NaN on any rank makes the all-reduced sum NaN
                     raise TrainingError(f"non-finite loss at iteration {iter_num}; stopped, the last good checkpoint "
                                         f"is kept (lower learning_rate or use grad_clip)")
                 loss_sum.zero_()
@@ -420,10 +425,9 @@ def train(cfg):
                           f"{mfu_s} | eta {duration(eta)}", flush=True)
             stopping = stop['signal'] is not None
             if world > 1:   # every rank must agree to stop at the same iteration (one tiny all-reduce per step)
-                flag = torch.tensor([stopping], dtype=torch.int32, device=device)
-                stopping = bool(all_reduce(flag, dist.ReduceOp.MAX).item())
+                stopping = any_rank(torch.tensor(stopping, device=device))
             if stopping:
-                if bool(nonfinite):
+                if any_rank(nonfinite):
                     raise TrainingError(f"non-finite loss before iteration {iter_num}; the last good checkpoint is kept")
                 checkpoint()
                 if master:

@@ -201,3 +201,18 @@ def test_invalid_shapes_are_value_errors():
         tiny(causal_free_prefix=13)
     with pytest.raises(ValueError, match='block_size'):
         GPT(tiny())(torch.zeros(1, 13, dtype=torch.long))
+
+
+def test_from_checkpoint_round_trip_and_clear_errors(tmp_path):
+    cfg = tiny(attn='softmax1', pos_emb='rotary')
+    m = GPT(cfg).eval()
+    path = tmp_path / 'ckpt.pt'
+    torch.save({'model': m.state_dict(), 'model_args': vars(cfg).copy(), 'iter_num': 7}, path)
+    loaded, ckpt = GPT.from_checkpoint(path)
+    idx = torch.randint(0, 50, (1, 12))
+    assert torch.equal(loaded(idx)[0], m(idx)[0]) and ckpt['iter_num'] == 7 and 'model' not in ckpt
+    with pytest.raises(ValueError, match='not found'):
+        GPT.from_checkpoint(tmp_path / 'missing.pt')
+    (tmp_path / 'junk.pt').write_bytes(b'not a checkpoint')
+    with pytest.raises(ValueError, match='not a readable'):
+        GPT.from_checkpoint(tmp_path / 'junk.pt')

@@ -312,3 +312,13 @@ def test_train_reads_what_prepare_writes(source, shards, vocab, tmp_path):
     result = train.train(cfg)
     assert cfg["vocab_size"] == prepare_c4.load_meta(out)["vocab_size"]
     assert math.isfinite(result["val_loss"]) and result["iter"] == 3
+
+
+def test_iter_documents_streams_documents_in_order(shards, tmp_path):
+    out = tmp_path / "docs"
+    prepare_c4.prepare_c4(out_dir=out, tokenizer="bytes", data_files=[str(shards)], val_docs=100)
+    docs = list(prepare_c4.iter_documents(out, "val", chunk_tokens=7))   # chunks cut through documents
+    assert [bytes(d.astype(np.uint8)).decode("utf-8") for d in docs] == VAL
+    assert len(list(prepare_c4.iter_documents(out, "val", max_docs=2))) == 2
+    train_docs = list(prepare_c4.iter_documents(out, "train"))
+    assert bytes(train_docs[0].astype(np.uint8)).decode("utf-8") == TRAIN[0][0]
