@@ -1,0 +1,652 @@
+"""Measure first-token attention dominance and outlier activations (Table 2, Table 9, Appendix E, I, L).
+
+    python analyze.py --ckpt out/gpt2_130m/ckpt.pt                  # C4 val, the paper's 100,000 documents
+    python analyze.py --ckpt out/a/ckpt.pt out/b/ckpt.pt --json results/ --plots figures/
+    python analyze.py --ckpt out/x/ckpt.pt --data data/offline --max_docs 200 --json x.json
+    python analyze.py --init_from gpt2 gpt2-medium --max_docs 10000     # pip install transformers; cached weights
+    python analyze.py --table results/ y.json                          # saved JSON files -> Markdown tables
+
+Models: --ckpt takes train.py checkpoints (a ckpt.pt or its folder); --init_from takes Hugging Face
+names or local folders (GPT-2, Llama family), loaded with transformers from local files only, in
+fp32 with eager attention. Data: the first --max_docs documents (0 = all) of the val split of a
+prepare_c4.py folder (--data), in order, empty ones skipped, each truncated to the block size (ours:
+the model's; Hugging Face: 256, the paper's training length; --block_size overrides). The data must be
+tokenised with the model's vocabulary.
+
+Conventions (all metrics on the hidden state after each block's residual additions, X_m, m = 1..M):
+  first token  position 0 of every document. Models whose config has a BOS token (Llama family;
+               every model type except gpt2) get it prepended, so for them position 0 is BOS.
+  rest         every other position of the document (within the block size).
+  kurtosis     raw, per position over the features d: E_d[(X-mu)^4] / E_d[(X-mu)^2]^2 (Gaussian: 3),
+               averaged over first tokens resp. rest positions, per layer.
+  norm_ratio   ||X_{m,l}||_inf / ||X_{m,l}||_2 per position, averaged like kurtosis.
+  max_abs      per document: max_d |X_{m,0,d}| (first), max over d and all rest positions (rest);
+               averaged over documents (a document of one token has no rest).
+  first_attn_argmax  fraction of (query, head) pairs, query > 0 (query 0 can only see itself), whose
+               most-attended real key is key 0 (ties go to key 0).
+  first_attn_mass    mean over (query > 0, head) of the attention probability on key 0.
+  attn_nowhere       mean over (query > 0, head) of 1 - row sum: softmax-1's mass that went nowhere
+               (0 for softmax).
+  Summary numbers are E_m[...]: the unweighted mean of the per-layer values over the M layers.
+  kurtosis_norm_ratio_corr_*: Pearson correlation across layers of the per-layer kurtosis and
+               norm ratio (Table 9); null when undefined (one layer, or a constant curve).
+  ppl          exp of the mean next-token NLL over every predicted position (t and t+1 in the document).
+Metrics are running sums per layer (and head): memory does not depend on the number of documents.
+One batch holds every layer's (B, H, T, T) attention map: lower --batch_size for large models.
+
+JSON (--json PATH: a file for one model; a folder, one <label>.json per model, for several):
+  model, kind ('ours' | 'hf'), config (model_args or the Hugging Face config, n_params; ours also
+  optimizer, iter_num, dataset), data {dir, split, tokenizer, source, stand_in_for_c4, max_docs,
+  documents, positions, predicted_tokens, block_size, bos},
+  ppl, kurtosis_first, kurtosis_rest, max_abs_first, max_abs_rest, norm_ratio_first, norm_ratio_rest,
+  first_attn_argmax, first_attn_mass, attn_nowhere (fractions in [0, 1]), kurtosis_norm_ratio_corr_first,
+  kurtosis_norm_ratio_corr_rest,
+  per_layer {each metric above except ppl and the correlations: a list of M floats, layer 1 first},
+  per_head {first_attn_argmax, first_attn_mass, attn_nowhere: M lists of H floats}.
+  max_abs is in the units of the hidden state; a NaN is written as null.
+
+--plots DIR writes attention_map.png (Fig. 1a), hidden_states.png (Fig. 1b), layer_progression.png
+(Appendix I), training_curve.png (Appendix L, from log.jsonl next to each checkpoint) and
+optimizer_basis.png (Appendix E: per-feature norm of the MLP output weight and the per-feature sum of
+the optimizer's second moments from the checkpoint).
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from model import GPT
+from prepare_c4 import duration, iter_documents, load_meta
+
+HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
+ATTN_PLOT_TOKENS = 32    # Fig. 1a shows the first tokens of one document
+HIDDEN_PLOT_TOKENS = 64
+TOP_CHANNELS = 12
+SUMMARY_KEYS = ('ppl', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'first_attn_argmax',
+                'first_attn_mass', 'norm_ratio_first', 'norm_ratio_rest', 'kurtosis_norm_ratio_corr_first',
+                'kurtosis_norm_ratio_corr_rest')
+HIDDEN_METRICS = ('kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'norm_ratio_first',
+                  'norm_ratio_rest')
+ATTN_METRICS = ('first_attn_argmax', 'first_attn_mass', 'attn_nowhere')
+
+
+# ----------------------------------------------------------------------------- models
+@dataclass
+class LoadedModel:
+    name: str                  # the spec it was loaded from, e.g. 'out/x/ckpt.pt' or 'gpt2'
+    model: torch.nn.Module     # eval mode, on device
+    kind: str                  # 'ours' | 'hf'
+    bos: int | None            # token prepended to every document, or None
+    block_size: int            # max sequence length used for analysis
+    vocab_size: int
+    config: dict               # model config for the JSON output
+
+
+def load_model(spec: str, device: str = 'cpu', block_size: int | None = None) -> LoadedModel:
+    """A train.py checkpoint (a .pt file or a folder holding ckpt.pt) or a Hugging Face name / folder."""
+    path = os.path.join(spec, 'ckpt.pt') if os.path.isfile(os.path.join(spec, 'ckpt.pt')) else spec
+    if path.endswith('.pt') or os.path.isfile(path):
+        model, ckpt = GPT.from_checkpoint(path, device)
+        train_cfg = ckpt.get('config') or {}
+        config = dict(ckpt['model_args'], n_params=model.num_params(), optimizer=train_cfg.get('optimizer'),
+                      iter_num=ckpt.get('iter_num'), dataset=train_cfg.get('dataset'))
+        return LoadedModel(spec, model, 'ours', None, _block_size(spec, block_size, model.config.block_size),
+                           model.config.vocab_size, config)
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError(f"{spec} is not a checkpoint file, and Hugging Face models need transformers: "
+                         f"pip install transformers") from None
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            spec, attn_implementation='eager', dtype=torch.float32, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{spec}: no such checkpoint, and no Hugging Face weights for it on this machine (they must "
+                         f"be in the Hugging Face cache or a local folder; download once with network: python -c "
+                         f"\"import transformers; transformers.AutoModelForCausalLM.from_pretrained('{spec}')\") "
+                         f"[{type(e).__name__}]") from None
+    return wrap_hf(model.to(device), spec, block_size)
+
+
+def wrap_hf(model, name: str, block_size: int | None = None) -> LoadedModel:
+    """LoadedModel for an instantiated transformers causal LM (switched to eager attention)."""
+    if model.config._attn_implementation != 'eager':
+        model.set_attn_implementation('eager')
+    c = model.config
+    max_len = c.max_position_embeddings
+    bos = None if c.model_type == 'gpt2' else c.bos_token_id
+    config = dict(model_type=c.model_type, n_layer=c.num_hidden_layers, n_head=c.num_attention_heads,
+                  n_embd=c.hidden_size, vocab_size=c.vocab_size, max_position_embeddings=max_len,
+                  n_params=sum(p.numel() for p in model.parameters()))
+    return LoadedModel(name, model.eval(), 'hf', bos, _block_size(name, block_size, max_len, HF_BLOCK_SIZE),
+                       c.vocab_size, config)
+
+
+def _block_size(name, requested, limit, default=None):
+    if requested is not None and not 1 <= requested <= limit:
+        raise ValueError(f"--block_size {requested} is outside [1, {limit}], the range {name} supports")
+    return requested or min(default or limit, limit)
+
+
+def hf_blocks(model):
+    base = model.base_model     # GPT2Model keeps its blocks in .h, Llama-style models in .layers
+    return base.h if hasattr(base, 'h') else base.layers
+
+
+@torch.no_grad()
+def forward(lm: LoadedModel, idx: torch.Tensor, analysis: bool = False):
+    """logits (B, T, V); with analysis=True (logits, hidden, attn): per layer the (B, T, C) hidden state after
+    the block and the (B, H, T, T) attention probabilities."""
+    if idx.numel() and int(idx.max()) >= lm.vocab_size:
+        raise ValueError(f"token id {int(idx.max())} >= vocab_size {lm.vocab_size} of {lm.name}: "
+                         f"the data was tokenised for another vocabulary")
+    if idx.size(1) > lm.block_size:
+        raise ValueError(f"sequence length {idx.size(1)} exceeds the analysis block size {lm.block_size}")
+    if lm.kind == 'ours':
+        if not analysis:
+            return lm.model(idx)[0]
+        logits, _, trace = lm.model(idx, analysis=True)
+        return logits, trace['hidden'], trace['attn']
+    if not analysis:
+        return lm.model(idx, use_cache=False).logits
+    # hidden_states[-1] of transformers already has the final norm applied: take each block's output instead
+    hidden = []
+    hooks = [b.register_forward_hook(lambda mod, inp, out: hidden.append(out[0] if isinstance(out, tuple) else out))
+             for b in hf_blocks(lm.model)]
+    try:
+        out = lm.model(idx, output_attentions=True, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out.logits, hidden, list(out.attentions)
+
+
+# ----------------------------------------------------------------------------- data
+def val_batches(data_dir: str, max_docs: int | None, block_size: int, batch_size: int,
+                bos: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Validation documents in order (BOS prepended when given; empty ones skipped), truncated to block_size
+    and right-padded with 0: (idx (B, T) int64, mask (B, T) bool, True = a real token)."""
+    docs = []
+    for doc in iter_documents(data_dir, 'val', max_docs):
+        if len(doc) == 0:
+            continue
+        docs.append((np.concatenate(([bos], doc)) if bos is not None else doc)[:block_size])
+        if len(docs) == batch_size:
+            yield _collate(docs)
+            docs = []
+    if docs:
+        yield _collate(docs)
+
+
+def _collate(docs):
+    idx = torch.zeros(len(docs), max(map(len, docs)), dtype=torch.long)
+    mask = torch.zeros(idx.shape, dtype=torch.bool)
+    for i, d in enumerate(docs):
+        idx[i, :len(d)], mask[i, :len(d)] = torch.from_numpy(d), True
+    return idx, mask
+
+
+def check_data(data_dir, lm):
+    """meta.json of the data, after checking its vocabulary fits the model."""
+    meta = load_meta(data_dir)
+    if meta['vocab_size'] > lm.vocab_size:
+        raise ValueError(f"{data_dir} was tokenised with {meta['tokenizer']} (vocab_size {meta['vocab_size']}) but "
+                         f"{lm.name} has vocab_size {lm.vocab_size}: the data was tokenised for another vocabulary")
+    return meta
+
+
+class Progress:
+    """A status line on stderr every ~2 s: documents, docs/s, elapsed time and ETA."""
+
+    def __init__(self, label, target):
+        self.label, self.target, self.t0, self.last, self.docs = label, target, time.time(), time.time(), 0
+
+    def update(self, n, final=False):
+        self.docs += n
+        if final or time.time() - self.last >= 2.0:
+            self.last, dt = time.time(), max(time.time() - self.t0, 1e-9)
+            eta = '' if final else f", ETA {duration((self.target - self.docs) * dt / max(self.docs, 1))}"
+            print(f"{self.label}: {'done, ' if final else ''}{self.docs:,}/{self.target:,} docs, "
+                  f"{self.docs / dt:.1f} docs/s, {duration(dt)}{eta}", file=sys.stderr, flush=True)
+
+
+def nll_sum(logits, idx, mask):
+    """(sum of next-token NLL, number of predicted tokens) over positions t with mask[t] and mask[t+1]."""
+    valid = mask[:, :-1] & mask[:, 1:]
+    nll = F.cross_entropy(logits[:, :-1][valid].float(), idx[:, 1:][valid], reduction='sum')
+    return float(nll), int(valid.sum())
+
+
+def perplexity(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str) -> float:
+    meta = check_data(data_dir, lm)
+    total, count = 0.0, 0
+    progress = Progress(f"{lm.name} ppl", min(max_docs or math.inf, meta['splits']['val']['documents']))
+    for idx, mask in val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
+        idx, mask = idx.to(device), mask.to(device)
+        s, n = nll_sum(forward(lm, idx), idx, mask)
+        total, count = total + s, count + n
+        progress.update(len(idx))
+    if count == 0:
+        raise ValueError(f"{data_dir}: no document has two tokens, nothing to predict")
+    return math.exp(total / count)
+
+
+# ----------------------------------------------------------------------------- metrics
+def kurtosis(x):
+    """Raw kurtosis over the last (feature) axis: E_d[(x - mu)^4] / E_d[(x - mu)^2]^2; a Gaussian gives 3."""
+    x = x.double()
+    c = x - x.mean(-1, keepdim=True)
+    return c.pow(4).mean(-1) / c.pow(2).mean(-1).pow(2)
+
+
+def norm_ratio(x):
+    """||x||_inf / ||x||_2 over the last axis."""
+    x = x.double()
+    return x.abs().amax(-1) / x.norm(dim=-1)
+
+
+def pearson(a, b):
+    """Pearson correlation of two sequences; None when undefined (fewer than 2 points, a constant one, NaN)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if len(a) < 2 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return None
+    a, b = a - a.mean(), b - b.mean()
+    den = math.sqrt((a * a).sum() * (b * b).sum())
+    return float((a * b).sum() / den) if den > 0 else None
+
+
+class Stats:
+    """Running sums of every metric, per layer (attention: per layer and head), and of the NLL."""
+
+    def __init__(self, n_layer, n_head):
+        self.sums = {k: torch.zeros(n_layer, dtype=torch.float64) for k in HIDDEN_METRICS}
+        self.sums.update({k: torch.zeros(n_layer, n_head, dtype=torch.float64) for k in ATTN_METRICS})
+        self.n_first = self.n_rest = self.n_docs_rest = 0
+        self.nll, self.n_predicted = 0.0, 0
+
+    def update(self, hidden, attn, mask):
+        first = mask[:, 0]
+        rest = mask.clone()
+        rest[:, 0] = False
+        has_rest = rest.any(1)
+        self.n_first += int(first.sum())
+        self.n_rest += int(rest.sum())
+        self.n_docs_rest += int(has_rest.sum())
+        s = self.sums
+        for m, h in enumerate(hidden):
+            h = h.double()
+            k, r, a = kurtosis(h), norm_ratio(h), h.abs().amax(-1)               # (B, T) each
+            s['kurtosis_first'][m] += k[:, 0][first].sum().cpu()
+            s['kurtosis_rest'][m] += k[rest].sum().cpu()
+            s['norm_ratio_first'][m] += r[:, 0][first].sum().cpu()
+            s['norm_ratio_rest'][m] += r[rest].sum().cpu()
+            s['max_abs_first'][m] += a[:, 0][first].sum().cpu()
+            s['max_abs_rest'][m] += a.masked_fill(~rest, 0).amax(1)[has_rest].sum().cpu()
+        q = rest[:, None, :]                                                     # queries > 0, (B, 1, T)
+        for m, p in enumerate(attn):
+            s['first_attn_argmax'][m] += ((p.argmax(-1) == 0) & q).sum((0, 2)).cpu()
+            s['first_attn_mass'][m] += torch.where(q, p[..., 0].double(), 0).sum((0, 2)).cpu()
+            s['attn_nowhere'][m] += torch.where(q, 1 - p.sum(-1, dtype=torch.float64), 0).sum((0, 2)).cpu()
+
+    def result(self):
+        """Summary numbers, per-layer lists and per-head lists (NaN where nothing was counted)."""
+        def div(x, n):
+            return (x / n) if n else torch.full_like(x, math.nan)
+        count = dict(kurtosis_first=self.n_first, norm_ratio_first=self.n_first, max_abs_first=self.n_first,
+                     kurtosis_rest=self.n_rest, norm_ratio_rest=self.n_rest, max_abs_rest=self.n_docs_rest)
+        per_head = {k: div(self.sums[k], self.n_rest) for k in ATTN_METRICS}
+        per_layer = {k: div(self.sums[k], count[k]) for k in HIDDEN_METRICS}
+        per_layer.update({k: v.mean(1) for k, v in per_head.items()})
+        out = {'ppl': math.exp(self.nll / self.n_predicted) if self.n_predicted else math.nan}
+        out.update({k: v.mean().item() for k, v in per_layer.items()})
+        for pos in ('first', 'rest'):
+            out[f'kurtosis_norm_ratio_corr_{pos}'] = pearson(per_layer[f'kurtosis_{pos}'],
+                                                             per_layer[f'norm_ratio_{pos}'])
+        out['per_layer'] = {k: v.tolist() for k, v in per_layer.items()}
+        out['per_head'] = {k: v.tolist() for k, v in per_head.items()}
+        return out
+
+
+def example_sequence(hidden, attn, mask):
+    """Plot data from the first document of a batch: attention averaged over layers and heads (first
+    ATTN_PLOT_TOKENS tokens) and |hidden state| averaged over layers (first HIDDEN_PLOT_TOKENS tokens)."""
+    n = int(mask[0].sum())
+    ta, th = min(n, ATTN_PLOT_TOKENS), min(n, HIDDEN_PLOT_TOKENS)
+    return {'attn': torch.stack([p[0, :, :ta, :ta].float().mean(0) for p in attn]).mean(0).cpu().numpy(),
+            'hidden': torch.stack([h[0, :th].float().abs() for h in hidden]).mean(0).cpu().numpy()}
+
+
+def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str):
+    """(JSON-ready result dict, plot data of the first document) for one model."""
+    meta = check_data(data_dir, lm)
+    stats, example = None, None
+    progress = Progress(run_label(lm.name), min(max_docs or math.inf, meta['splits']['val']['documents']))
+    for idx, mask in val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
+        idx, mask = idx.to(device), mask.to(device)
+        logits, hidden, attn = forward(lm, idx, analysis=True)
+        stats = stats or Stats(len(hidden), attn[0].size(1))
+        stats.update(hidden, attn, mask)
+        s, n = nll_sum(logits, idx, mask)
+        stats.nll, stats.n_predicted = stats.nll + s, stats.n_predicted + n
+        example = example or example_sequence(hidden, attn, mask)
+        progress.update(len(idx))
+    if stats is None:
+        raise ValueError(f"{data_dir}: the val split has no documents")
+    progress.update(0, final=True)
+    data = dict(dir=data_dir, split='val', tokenizer=meta['tokenizer'], source=meta.get('source'),
+                stand_in_for_c4=meta.get('stand_in_for_c4'), max_docs=max_docs, documents=stats.n_first,
+                positions=stats.n_first + stats.n_rest, predicted_tokens=stats.n_predicted,
+                block_size=lm.block_size, bos=lm.bos)
+    return dict(model=lm.name, kind=lm.kind, config=lm.config, data=data, **stats.result()), example
+
+
+def optimizer_basis(lm: LoadedModel):
+    """Appendix E, per layer: the norm of each output feature (row) of the MLP output weight and the sum of the
+    optimizer's second moments over that row (None without optimizer state). Returns (norms, moments, note)."""
+    if lm.kind == 'ours':
+        weights = [b.mlp.c_proj.weight for b in lm.model.transformer.h]
+    else:   # GPT-2's Conv1D stores (in, out): transpose to (out, in) like nn.Linear
+        weights = [b.mlp.down_proj.weight if hasattr(b.mlp, 'down_proj') else
+                   b.mlp.c_proj.weight.T if type(b.mlp.c_proj).__name__ == 'Conv1D' else b.mlp.c_proj.weight
+                   for b in hf_blocks(lm.model)]
+    norms = [w.detach().float().norm(dim=1).cpu().numpy() for w in weights]
+    moments, note = [None] * len(weights), 'no optimizer state (public weights)'
+    if lm.kind == 'ours':
+        ckpt = torch.load(lm.name if lm.name.endswith('.pt') else os.path.join(lm.name, 'ckpt.pt'),
+                          map_location='cpu', weights_only=False)
+        opt, name = ckpt.get('optimizer') or {}, (ckpt.get('config') or {}).get('optimizer', '?')
+        ids = {re.sub(r'^(module\.|_orig_mod\.)+', '', n): i                   # DDP / torch.compile prefixes
+               for g in opt.get('param_groups', []) for n, i in zip(g.get('param_names', []), g['params'])}
+        rotated = False
+        for m in range(len(weights)):
+            state = opt.get('state', {}).get(ids.get(f'transformer.h.{m}.mlp.c_proj.weight'), {})
+            v = state.get('exp_avg_sq', state.get('square_avg'))    # Adam-like / RMSProp
+            moments[m] = None if v is None else v.float().sum(1).numpy()
+            rotated |= 0 in tuple(state.get('rotated_axes', ()))
+        note = (f'optimizer {name}: its rotated basis (row d is not feature d)' if rotated else
+                f'optimizer {name}: model basis (row d = feature d)' if any(v is not None for v in moments) else
+                f'optimizer {name}: no second moments in its state')
+    return norms, moments, note
+
+
+# ----------------------------------------------------------------------------- tables
+def run_label(name):
+    """'out/x/ckpt.pt' -> 'x', 'runs/y.pt' -> 'y', 'meta-llama/Llama-2-7b-hf' -> 'Llama-2-7b-hf'."""
+    name = name.rstrip('/')
+    if os.path.basename(name) == 'ckpt.pt':
+        name = os.path.dirname(name) or name
+    base = os.path.basename(name) or name
+    return base[:-3] if base.endswith('.pt') else base
+
+
+def _fmt(value, spec):
+    return 'n/a' if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def table_rows(results):
+    """Two tables, one row per model: Table 2's layout, then norm ratios, correlations (Table 9), mass."""
+    def model_cells(r):
+        c = r['config']
+        opt = c.get('optimizer')
+        n = c['n_params']
+        size = f'{n / 1e9:.1f}B' if n >= 1e9 else f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.1f}K'
+        oa = '✓' if opt == 'orthoadam' else '✗' if opt in ('adamw', None) else opt
+        return [run_label(r['model']), size, '✓' if c.get('attn') == 'softmax1' else '✗', oa]
+    table2 = (['Model', '#Params', 'Softmax+1?', 'OrthoAdam?', 'PPL', 'E_m[κ_m,1]', 'E_m[κ_m,>1]',
+               'E_m[max|X_m,1,d|]', 'E_m[max|X_m,>1,d|]', 'First Attn'],
+              [model_cells(r) + [_fmt(r['ppl'], '.2f')]
+               + [_fmt(r[k], '.1f') for k in ('kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest')]
+               + [_fmt(r['first_attn_argmax'], '.3f')] for r in results])
+    keys = ('norm_ratio_first', 'norm_ratio_rest', 'kurtosis_norm_ratio_corr_first', 'kurtosis_norm_ratio_corr_rest',
+            'first_attn_mass', 'attn_nowhere')
+    table9 = (['Model', 'Norm ratio 1', 'Norm ratio >1', 'Corr κ~ratio 1', 'Corr κ~ratio >1', 'First mass', 'Nowhere'],
+              [[run_label(r['model'])] + [_fmt(r[k], '.3f') for k in keys] for r in results])
+    return [table2, table9]
+
+
+def text_table(header, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda cells: '  '.join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return '\n'.join([line(header), '  '.join('-' * w for w in widths)] + [line(r) for r in rows])
+
+
+def markdown_table(header, rows):
+    line = lambda cells: '| ' + ' | '.join(str(c).replace('|', '\\|') for c in cells) + ' |'
+    rule = '|' + '|'.join(['---'] + ['---:'] * (len(header) - 1)) + '|'
+    return '\n'.join([line(header), rule] + [line(r) for r in rows])
+
+
+def load_results(paths):
+    """Result dicts from JSON files and folders of JSON files (sorted), in the order given."""
+    files = []
+    for p in paths:
+        found = sorted(glob.glob(os.path.join(p, '*.json'))) if os.path.isdir(p) else [p]
+        if not found or not all(os.path.isfile(f) for f in found):
+            raise ValueError(f"--table {p}: no such JSON file or folder of JSON files")
+        files += found
+    results = []
+    for f in files:
+        try:
+            with open(f) as fh:
+                r = json.load(fh)
+        except ValueError:
+            r = None
+        if not (isinstance(r, dict) and all(k in r for k in SUMMARY_KEYS + ('model', 'config', 'per_layer'))):
+            raise ValueError(f"{f} is not an analyze.py JSON file")
+        results.append(r)
+    return results
+
+
+def _nan_to_none(x):
+    if isinstance(x, dict):
+        return {k: _nan_to_none(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_nan_to_none(v) for v in x]
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+# ----------------------------------------------------------------------------- figures
+def _pyplot():
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path):
+    fig.savefig(path, dpi=100, bbox_inches='tight')
+    _pyplot().close(fig)
+    return path
+
+
+def plot_attention_maps(runs, path):
+    """Fig. 1a: attention averaged over all heads and layers, first document."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.6 * len(runs), 4.2), squeeze=False, layout='constrained')
+    for ax, (label, ex) in zip(axes[0], runs):
+        im = ax.imshow(ex['attn'], cmap='viridis', vmin=0)
+        ax.set(title=f"{label}\nmean over heads and layers", xlabel='key position', ylabel='query position')
+        fig.colorbar(im, ax=ax)
+    fig.suptitle('Attention map of the first validation document (key 0 = first token)')
+    return _save(fig, path)
+
+
+def plot_hidden_states(runs, path):
+    """Fig. 1b: |hidden state| (mean over layers) of the largest channels across positions, log colour scale."""
+    plt = _pyplot()
+    from matplotlib.colors import LogNorm
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.2), squeeze=False, layout='constrained')
+    for ax, (label, ex) in zip(axes[0], runs):
+        h = ex['hidden']                                      # (T, C)
+        top = np.argsort(-h.max(0))[:TOP_CHANNELS]
+        others = np.delete(h, top, axis=1)
+        img = np.concatenate([h[:, top].T, np.median(others, axis=1)[None]]) if others.size else h[:, top].T
+        norm = LogNorm(vmin=max(np.percentile(img, 5), img.max() * 1e-4, 1e-12), vmax=max(img.max(), 1e-11))
+        im = ax.imshow(img, aspect='auto', cmap='magma', interpolation='nearest', norm=norm)
+        ax.set_yticks(range(len(img)), [f'ch {c}' for c in top] + (['median of others'] if others.size else []))
+        ax.set(title=f'{label}: top {len(top)} channels', xlabel='token position')
+        fig.colorbar(im, ax=ax, label='|activation| (log scale)')
+    fig.suptitle('|Hidden state| averaged over layers, first validation document')
+    return _save(fig, path)
+
+
+def plot_layer_progression(results, path):
+    """Appendix I: per-layer metrics against the layer index normalised to [0, 1]."""
+    plt = _pyplot()
+    panels = [('first_attn_argmax', 'first_attn_mass', 'first-token attention', False, 'argmax share', 'mass'),
+              ('kurtosis_first', 'kurtosis_rest', 'kurtosis (raw, Gaussian 3)', True, 'first token', 'other tokens'),
+              ('norm_ratio_first', 'norm_ratio_rest', 'ℓ∞ / ℓ2 norm ratio', False, 'first token', 'other tokens'),
+              ('max_abs_first', 'max_abs_rest', 'max |activation|', True, 'first token', 'other tokens')]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, (solid, dashed, title, log, l1, l2) in zip(axes.flat, panels):
+        for i, r in enumerate(results):
+            y1, y2 = (np.array(r['per_layer'][k], dtype=float) for k in (solid, dashed))
+            x = np.linspace(0, 1, len(y1)) if len(y1) > 1 else np.zeros(1)
+            ax.plot(x, y1, '-o', color=f'C{i}', ms=3, label=run_label(r['model']))
+            ax.plot(x, y2, '--', color=f'C{i}', alpha=0.6)
+        ax.set(title=f'{title} (solid: {l1}, dashed: {l2})', xlabel='layer index (normalised)')
+        values = np.array([v for r in results for k in (solid, dashed) for v in r['per_layer'][k]], dtype=float)
+        if log and np.nanmin(values) > 0 and np.nanmax(values) > 10 * np.nanmin(values):
+            ax.set_yscale('log')
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def read_log(path):
+    """(train, eval) lists of events from a train.py log.jsonl; a repeated (event, iter) keeps the last line."""
+    events = {}
+    with open(path) as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get('event') in ('train', 'eval') and 'iter' in e:
+                events[e['event'], e['iter']] = e
+    by = lambda kind: [events[k] for k in sorted(k for k in events if k[0] == kind)]
+    return by('train'), by('eval')
+
+
+def plot_training_curves(runs, path):
+    """Appendix L: training loss and validation loss against iterations, from each run's log.jsonl."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, log) in enumerate(runs):
+        train, val = read_log(log)
+        ax.plot([e['iter'] for e in train], [e['loss'] for e in train], '-', color=f'C{i}', label=f'{label} train')
+        ax.plot([e['iter'] for e in val], [e['val_loss'] for e in val], 'o--', color=f'C{i}', ms=4,
+                label=f'{label} val')
+    ax.set(xlabel='iteration', ylabel='loss (nats/token)', title='Training curves (log.jsonl)')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_optimizer_basis(runs, path):
+    """Appendix E: per layer, MLP output-feature weight norms (left) and second-moment sums (right)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(runs), 2, figsize=(12, 3.6 * len(runs)), squeeze=False)
+    for (left, right), (label, (norms, moments, note)) in zip(axes, runs):
+        colors = plt.cm.viridis(np.linspace(0, 0.9, len(norms)))
+        for m, (w, v) in enumerate(zip(norms, moments)):
+            left.plot(w, color=colors[m], lw=0.8, label=f'layer {m + 1}')
+            if v is not None:
+                right.plot(v, color=colors[m], lw=0.8, label=f'layer {m + 1}')
+        left.set(title=f'{label}: ‖W_out[d, :]‖ of the MLP output weight', xlabel='output feature d', ylabel='norm')
+        right.set(title=f'{label}: Σ second moments over row d\n{note}', xlabel='row d of the state',
+                  ylabel='sum of v')
+        if any(v is not None for v in moments):
+            right.set_yscale('log')
+        else:
+            right.text(0.5, 0.5, 'no second moments', ha='center', transform=right.transAxes)
+        left.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# ----------------------------------------------------------------------------- command line
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
+    p.add_argument('--init_from', nargs='+', default=[], metavar='NAME',
+                   help='Hugging Face models: gpt2, gpt2-medium, gpt2-large, gpt2-xl, a local Llama folder')
+    p.add_argument('--data', default='data/c4', help='prepared dataset folder (prepare_c4.py); its val split is used')
+    p.add_argument('--max_docs', type=int, default=100_000, help='first N validation documents (0 = all)')
+    p.add_argument('--batch_size', type=int, default=8)
+    p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: see docstring)')
+    p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
+    p.add_argument('--json', metavar='PATH', help='write results: PATH.json for one model, else a folder')
+    p.add_argument('--plots', metavar='DIR', help='write the PNG figures into DIR')
+    p.add_argument('--table', nargs='+', metavar='JSON',
+                   help='render saved JSON files / folders as Markdown; no model runs')
+    args = p.parse_args(argv)
+    try:
+        if args.table:
+            print('\n\n'.join(markdown_table(*t) for t in table_rows(load_results(args.table))))
+            return
+        specs = args.ckpt + args.init_from
+        if not specs:
+            p.error('nothing to analyse: give --ckpt PATH..., --init_from NAME... or --table JSON...')
+        if args.json and args.json.endswith('.json') and len(specs) > 1:
+            raise ValueError(f"--json {args.json} is one file but {len(specs)} models were given: pass a folder")
+        if args.batch_size < 1:
+            raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
+        device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
+        max_docs = args.max_docs if args.max_docs > 0 else None
+        load_meta(args.data)       # fail before loading any model
+        labels = [run_label(s) for s in specs]
+        labels = [x if labels.count(x) == 1 else f'{x}-{i + 1}' for i, x in enumerate(labels)]
+        results, examples, bases, logs = [], [], [], []
+        for spec, label in zip(specs, labels):
+            lm = load_model(spec, device, args.block_size)
+            result, example = analyze(lm, args.data, max_docs, args.batch_size, device)
+            results.append(result)
+            examples.append((label, example))
+            if args.plots:
+                bases.append((label, optimizer_basis(lm)))
+                log = os.path.join(os.path.dirname(lm.name) if lm.name.endswith('.pt') else lm.name, 'log.jsonl')
+                if lm.kind == 'ours' and os.path.isfile(log):
+                    logs.append((label, log))
+            del lm
+        d = results[0]['data']
+        print(f"{d['dir']} val split, {d['documents']:,} documents, {d['positions']:,} positions. E_m = mean over "
+              f"layers; First Attn = share of (query > 0, head) pairs whose most-attended key is key 0.\n")
+        for header, rows in table_rows(results):
+            print(text_table(header, rows) + '\n')
+        if args.json:
+            one_file = args.json.endswith('.json')
+            if not one_file:
+                os.makedirs(args.json, exist_ok=True)
+            for r, (label, _) in zip(results, examples):
+                path = args.json if one_file else os.path.join(args.json, f'{label}.json')
+                with open(path, 'w') as f:
+                    json.dump(_nan_to_none(r), f, indent=1)
+                print(f'wrote {path}', file=sys.stderr)
+        if args.plots:
+            os.makedirs(args.plots, exist_ok=True)
+            d = args.plots
+            written = [plot_attention_maps(examples, f'{d}/attention_map.png'),
+                       plot_hidden_states(examples, f'{d}/hidden_states.png'),
+                       plot_layer_progression(results, f'{d}/layer_progression.png'),
+                       plot_optimizer_basis(bases, f'{d}/optimizer_basis.png')]
+            if logs:
+                written.append(plot_training_curves(logs, f'{d}/training_curve.png'))
+            print('wrote ' + ', '.join(written), file=sys.stderr)
+    except ValueError as e:
+        sys.exit(f'analyze.py: error: {e}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,401 @@
+"""Validation perplexity under the paper's basic quantisation schemes (section 5.2, Tables 1, 3 and 6).
+
+    python eval_quant.py --ckpt out/gpt2_130m/ckpt.pt out/gpt2_130m_s1oa/ckpt.pt --json out/quant_130m.json
+    python eval_quant.py --init_from gpt2 gpt2-medium --schemes zeropoint4          # Table 1 (transformers)
+    python eval_quant.py --ckpt out/main/ckpt.pt --data data/offline --max_docs 200
+    python eval_quant.py --ckpt out/main/ckpt.pt --schemes fine,fine_channel,absmax4,zeropoint3g64
+    python eval_quant.py --table out/quant_130m.json out/quant_350m.json            # runs side by side, Markdown
+
+Quantisation is simulated: a tensor is quantised to integer codes and dequantised straight back to float.
+Only Linear layers (and transformers' Conv1D, GPT-2's Linear with its weight stored transposed as
+(in, out)) are quantised; embeddings, norms and softmax stay in full precision. Weights are quantised
+once, in place; activation scales are computed dynamically in every forward pass.
+
+    scheme                      weights W                  input activations X   output activations Y
+    coarse                      absmax8 per tensor         absmax8 per tensor    absmax8 per tensor
+    moderate                    absmax8 per tensor         absmax8 per tensor    -
+    fine                        absmax8 per output channel absmax8 per token     -
+    fine_channel                absmax8 per output channel absmax8 per channel   -
+    zeropoint4                  zeropoint4 per out channel -                     -
+    absmax<b>, zeropoint<b>     b = 2..8 bits per output channel, weights only
+    absmax<b>g<G>, zeropoint<b>g<G>   ... per group of G consecutive inputs of each output channel
+
+Absmax (Dettmers et al. 2022): s = max|x| / (2^(b-1) - 1), codes round(x / s) in [-(2^(b-1) - 1), 2^(b-1) - 1]
+(+-127 for 8 bits), x_hat = codes * s. Zeropoint: s = (max x - min x) / (2^b - 1), zero point z = round(-min x / s),
+codes clamp(round(x / s) + z, 0, 2^b - 1), x_hat = (codes - z) * s: the minimum maps to the lowest code 0 and all
+2^b codes are used (Dettmers et al.'s 8-bit form spreads the range over the 255 signed codes -127..127).
+round() is round-half-to-even; since z is rounded, an extreme value can land one code outside and is clamped.
+coarse quantises a layer's output after its bias.
+
+"fine" is LLM.int8's vector-wise quantisation: one scale per token (row of X) and one per output channel
+(row of W), so X W^T = diag(s_X) (codes_X codes_W^T) diag(s_W) runs as an integer matmul. "fine_channel"
+gives each input feature its own scale instead (over the batch's tokens): it isolates outlier feature
+channels, but those scales sit on the summed axis and cannot be factored out of an integer matmul.
+Per-tensor and per-channel activation scales span one forward pass, i.e. the --batch_size documents of a
+batch (their real tokens: padding is ignored); per-token scales do not depend on the batch.
+
+The LM head is not quantised unless --lm_head: in our models and GPT-2 it is the token embedding matrix
+(tied), and the paper keeps embeddings in full precision. With --lm_head a tied head gets a private quantised
+copy and the embedding stays exact. Memory: at most one extra copy of the quantised weights (the originals, on
+the CPU), from which they are restored bit for bit after each scheme.
+
+Perplexity: exp of the mean next-token NLL over the first --max_docs validation documents, each truncated to
+the block size, exactly as analyze.py (same batches, same convention for BOS and Hugging Face models).
+Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdout.
+
+--json PATH: {"format": 1, "schemes": [names], "lm_head": bool, "models": [{"model" (the --ckpt/--init_from
+spec), "label", "kind" ("ours" | "hf"), "config" (as analyze.py: model_args or HF config, n_params, optimizer,
+...), "quantised_layers": [module names], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
+"seconds": {"full", <scheme>}, "data": {"dir", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
+"predicted_tokens", "block_size", "batch_size", "bos"}}]}; a perplexity that is not finite is null. It is
+rewritten after each model. --table reads such files and prints one Markdown table, a row per model.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import time
+from contextlib import contextmanager
+
+import torch
+import torch.nn as nn
+
+import analyze
+from prepare_c4 import load_meta
+
+PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
+
+
+# ----------------------------------------------------------------------------- quantisers
+
+def absmax_codes(x, bits=8, dim=None, valid=None):
+    """(codes, scale) of absmax quantisation. dim: the axes one scale spans, None = the whole tensor, -1 = one
+    scale per row (token, or output channel of an (out, in) weight), (0, 1) = one per column of a (B, T, C)
+    activation. valid: bool mask over x.shape[:-1]; rows outside it do not enter the scale."""
+    qmax = 2 ** (bits - 1) - 1
+    x = x.float()
+    a = x.abs() if valid is None else x.abs() * valid.unsqueeze(-1)
+    amax = a.amax() if dim is None else a.amax(dim, keepdim=True)
+    scale = torch.where(amax > 0, amax / qmax, torch.ones_like(amax))
+    return torch.clamp(torch.round(x / scale), -qmax, qmax), scale
+
+
+def absmax(x, bits=8, dim=None, valid=None):
+    """Absmax quantise -> dequantise, in x's dtype."""
+    codes, scale = absmax_codes(x, bits, dim, valid)
+    return (codes * scale).to(x.dtype)
+
+
+def zeropoint_codes(x, bits=4, dim=None):
+    """(codes, scale, zero) of zeropoint quantisation; the minimum of each slice maps to code 0.
+    A constant slice c gets scale |c| and is reproduced exactly."""
+    qmax = 2 ** bits - 1
+    x = x.float()
+    lo = x.amin() if dim is None else x.amin(dim, keepdim=True)
+    hi = x.amax() if dim is None else x.amax(dim, keepdim=True)
+    scale = torch.where(hi > lo, (hi - lo) / qmax, lo.abs().clamp_min(1e-12))
+    zero = torch.round(-lo / scale)
+    return torch.clamp(torch.round(x / scale) + zero, 0, qmax), scale, zero
+
+
+def zeropoint(x, bits=4, dim=None):
+    """Zeropoint quantise -> dequantise, in x's dtype."""
+    codes, scale, zero = zeropoint_codes(x, bits, dim)
+    return ((codes - zero) * scale).to(x.dtype)
+
+
+# ----------------------------------------------------------------------------- schemes
+# Each scheme quantises a weight w (viewed as (out, in)) in place and returns the quantisers of the layer's
+# input and output activations, q(x, valid) -> x_hat, or None where they stay in full precision.
+
+def per_tensor8(x, valid=None):
+    return absmax(x, 8, None, valid)
+
+
+def coarse(w):
+    w.copy_(absmax(w, 8))
+    return per_tensor8, per_tensor8
+
+
+def moderate(w):
+    w.copy_(absmax(w, 8))
+    return per_tensor8, None
+
+
+def fine(w):
+    w.copy_(absmax(w, 8, dim=1))
+    return (lambda x, valid=None: absmax(x, 8, dim=-1)), None
+
+
+def fine_channel(w):
+    w.copy_(absmax(w, 8, dim=1))
+    return (lambda x, valid=None: absmax(x, 8, dim=tuple(range(x.dim() - 1)), valid=valid)), None
+
+
+def weight_only(w, method, bits, group_size=None):
+    """absmax/zeropoint weights of `bits` bits, one scale per output channel or per group of group_size inputs."""
+    out_features, in_features = w.shape
+    g = group_size or in_features
+    quantise = absmax if method == 'absmax' else zeropoint
+    w.copy_(quantise(w.reshape(out_features, in_features // g, g), bits, dim=-1).reshape(out_features, in_features))
+    return None, None
+
+
+ACTIVATION_SCHEMES = {'coarse': coarse, 'moderate': moderate, 'fine': fine, 'fine_channel': fine_channel}
+SCHEME_HELP = "coarse, moderate, fine, fine_channel, zeropoint4, absmax<bits>[g<group>], zeropoint<bits>[g<group>]"
+
+
+def parse_scheme(name):
+    """Scheme name -> (function of w, group size or None). ValueError with a one-line message."""
+    if name in ACTIVATION_SCHEMES:
+        return ACTIVATION_SCHEMES[name], None
+    m = re.fullmatch(r'(absmax|zeropoint)(\d+)(?:g(\d+))?', name)
+    if not m:
+        raise ValueError(f"unknown scheme {name!r}; choose from {SCHEME_HELP}")
+    bits, group = int(m[2]), int(m[3]) if m[3] else None
+    if not 2 <= bits <= 8:
+        raise ValueError(f"scheme {name!r}: bit width {bits} is not supported, use 2 to 8 bits")
+    if group is not None and group < 1:
+        raise ValueError(f"scheme {name!r}: group size must be >= 1")
+    return (lambda w: weight_only(w, m[1], bits, group)), group
+
+
+# ----------------------------------------------------------------------------- applying a scheme to a model
+
+def is_linear(module):
+    return isinstance(module, nn.Linear) or type(module).__name__ == 'Conv1D'    # transformers' Conv1D (GPT-2)
+
+
+def weight_matrix(module):
+    """The weight as an (out, in) view: nn.Linear stores (out, in), Conv1D stores (in, out) for y = x W + b."""
+    return module.weight if isinstance(module, nn.Linear) else module.weight.t()
+
+
+def quantisable_layers(model, lm_head=False):
+    """[(name, module)] of the Linear/Conv1D layers a scheme quantises; the output head only with lm_head."""
+    head = model.get_output_embeddings() if hasattr(model, 'get_output_embeddings') else getattr(model, 'lm_head', None)
+    return [(n, m) for n, m in model.named_modules() if is_linear(m) and (lm_head or m is not head)]
+
+
+def check_groups(layers, group_sizes):
+    for g in group_sizes:
+        for name, m in layers:
+            n_in = weight_matrix(m).shape[1]
+            if g is not None and n_in % g:
+                raise ValueError(f"group size {g} does not divide the {n_in} inputs of layer {name}; "
+                                 f"pick a divisor of every layer's input size")
+
+
+def backup_weights(model, layers):
+    """{name: CPU copy} of every weight a scheme will overwrite in place. A head tied to an embedding is
+    not copied: it is untied during quantisation and its original parameter lives on in the embedding."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    return {n: m.weight if id(m.weight) in embeddings else m.weight.detach().to('cpu', copy=True) for n, m in layers}
+
+
+@contextmanager
+def quantised(layers, backup, scheme, batch=None):
+    """Within the block the layers run `scheme`; afterwards every weight is restored exactly and the hooks
+    are gone. batch['valid'] is the (B, T) mask of real tokens of the running batch (or None)."""
+    batch = {} if batch is None else batch
+    handles = []
+    try:
+        for name, m in layers:
+            if backup[name] is m.weight:     # tied head: quantise a private copy
+                m.weight = nn.Parameter(m.weight.detach().clone(), requires_grad=False)
+            with torch.no_grad():
+                q_in, q_out = scheme(weight_matrix(m))
+            if q_in is not None:
+                handles.append(m.register_forward_pre_hook(
+                    lambda mod, args, q=q_in: (q(args[0], rows(batch, args[0])),) + tuple(args[1:])))
+            if q_out is not None:
+                handles.append(m.register_forward_hook(lambda mod, args, y, q=q_out: q(y, rows(batch, y))))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for name, m in layers:
+            if isinstance(backup[name], nn.Parameter):
+                m.weight = backup[name]
+            else:
+                with torch.no_grad():
+                    m.weight.copy_(backup[name])
+
+
+def rows(batch, x):
+    """The valid-token mask of the batch if it lines up with x's leading axes, else None (all rows count)."""
+    valid = batch.get('valid')
+    return valid if valid is not None and tuple(valid.shape) == tuple(x.shape[:-1]) else None
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+def perplexity(lm, data_dir, max_docs, batch_size, device, batch, label, n_docs):
+    """(ppl, documents, predicted tokens) over the validation documents, as analyze.perplexity, with
+    batch['valid'] set to each batch's real-token mask for the activation quantisers."""
+    total, count, docs = 0.0, 0, 0
+    progress = analyze.Progress(label, n_docs)
+    for idx, mask in analyze.val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
+        idx, mask = idx.to(device), mask.to(device)
+        batch['valid'] = mask
+        s, n = analyze.nll_sum(analyze.forward(lm, idx), idx, mask)
+        total, count, docs = total + s, count + n, docs + len(idx)
+        progress.update(len(idx))
+    batch['valid'] = None
+    progress.update(0, final=True)
+    if count == 0:
+        raise ValueError(f"{data_dir}: no document has two tokens, nothing to predict")
+    mean = total / count
+    return (math.exp(mean) if mean < 700 else math.inf), docs, count      # exp overflows past ~709 nats
+
+
+def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False):
+    """Perplexity of one model in full precision and under each scheme; a JSON-ready dict."""
+    meta = analyze.check_data(data_dir, lm)
+    n_docs = min(max_docs or math.inf, meta['splits']['val']['documents'])
+    layers = quantisable_layers(lm.model, lm_head)
+    if not layers:
+        raise ValueError(f"{lm.name} has no Linear or Conv1D layers to quantise")
+    check_groups(layers, [group for _, group in schemes.values()])
+    backup = backup_weights(lm.model, layers)
+    batch, label = {'valid': None}, analyze.run_label(lm.name)
+    ppl, seconds = {}, {}
+    for name in ('full', *schemes):
+        t0 = time.time()
+        if name == 'full':
+            ppl[name], docs, tokens = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} full",
+                                                 n_docs)
+        else:
+            with quantised(layers, backup, schemes[name][0], batch):
+                ppl[name] = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} {name}", n_docs)[0]
+        seconds[name] = round(time.time() - t0, 2)
+    return dict(model=lm.name, label=label, kind=lm.kind, config=lm.config, quantised_layers=[n for n, _ in layers],
+                ppl=ppl, delta={s: ppl[s] - ppl['full'] for s in schemes}, seconds=seconds,
+                data=dict(dir=data_dir, tokenizer=meta['tokenizer'], stand_in_for_c4=meta.get('stand_in_for_c4'),
+                          max_docs=max_docs, documents=docs, predicted_tokens=tokens, block_size=lm.block_size,
+                          batch_size=batch_size, bos=lm.bos))
+
+
+# ----------------------------------------------------------------------------- tables and JSON
+
+def fmt(value):
+    return '-' if value is None else 'nan' if math.isnan(value) else 'inf' if math.isinf(value) else f"{value:.2f}"
+
+
+def table(models, schemes=None):
+    """(header, rows) in the layout of Table 3: model, size, softmax-1?, OrthoAdam?, full, then PPL and Δ
+    for each scheme (the union of the models' schemes, in order, unless given)."""
+    if schemes is None:
+        schemes = list(dict.fromkeys(s for m in models for s in m['delta']))
+    header = ['Model', '#Params', 'S1?', 'OA?', 'full'] + [c for s in schemes for c in (s, 'Δ')]
+    rows = []
+    for m in models:
+        c = m['config']
+        s1 = '✓' if c.get('attn') == 'softmax1' else '✗'
+        opt = c.get('optimizer')
+        oa = '✓' if opt == 'orthoadam' else '✗' if opt in ('adamw', None) else opt     # None: public weights
+        rows.append([m['label'], f"{c['n_params'] / 1e6:.1f}M", s1, oa, fmt(m['ppl']['full'])]
+                    + [fmt(v) for s in schemes for v in (m['ppl'].get(s), m['delta'].get(s))])
+    return header, rows
+
+
+def finite(x):
+    """JSON has no inf/nan: they are written as null."""
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite(v) for v in x]
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def write_json(path, models, schemes, lm_head):
+    out = {'format': 1, 'schemes': list(schemes), 'lm_head': lm_head, 'models': finite(models)}
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        json.dump(out, f, indent=1)
+    os.replace(tmp, path)
+
+
+def read_runs(paths):
+    """Models of several --json files, in order, with a caption line per file."""
+    models, captions = [], []
+    for path in paths:
+        try:
+            with open(path) as f:
+                run = json.load(f)
+        except FileNotFoundError:
+            raise ValueError(f"--table {path}: no such file") from None
+        except ValueError:
+            run = None
+        if not isinstance(run, dict) or run.get('format') != 1 or not isinstance(run.get('models'), list):
+            raise ValueError(f"--table {path} is not an eval_quant.py JSON file (written by --json)")
+        for m in run['models']:
+            m['ppl'] = {k: math.nan if v is None else v for k, v in m['ppl'].items()}
+            m['delta'] = {k: math.nan if v is None else v for k, v in m['delta'].items()}
+            models.append(m)
+        d = run['models'][0]['data'] if run['models'] else {}
+        captions.append(f"`{path}`: {d.get('dir')} val, {d.get('documents', 0):,} documents, "
+                        f"{d.get('predicted_tokens', 0):,} predicted tokens, batch size {d.get('batch_size')}, "
+                        f"LM head {'quantised' if run.get('lm_head') else 'full precision'}")
+    return models, captions
+
+
+# ----------------------------------------------------------------------------- command line
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
+    p.add_argument('--init_from', nargs='+', default=[], metavar='NAME',
+                   help='Hugging Face models (local files only): gpt2, gpt2-medium, a local Llama folder, ...')
+    p.add_argument('--schemes', default=','.join(PAPER_SCHEMES), help=f"comma-separated, from {SCHEME_HELP} "
+                   f"(default: {','.join(PAPER_SCHEMES)})")
+    p.add_argument('--lm_head', action='store_true', help='also quantise the output head (default: full precision)')
+    p.add_argument('--data', default='data/c4', help='prepared dataset folder (prepare_c4.py); its val split is used')
+    p.add_argument('--max_docs', type=int, default=100_000, help='first N validation documents (0 = all)')
+    p.add_argument('--batch_size', type=int, default=8, help='documents per forward pass (per-tensor scales span it)')
+    p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: as analyze.py)')
+    p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
+    p.add_argument('--json', metavar='PATH', help='write the results of all models to PATH (format: see above)')
+    p.add_argument('--table', nargs='+', metavar='JSON', help='render saved --json files side by side as Markdown')
+    args = p.parse_args(argv)
+    try:
+        if args.table:
+            models, captions = read_runs(args.table)
+            print(analyze.markdown_table(*table(models)) + '\n\n' + '\n'.join(f'- {c}' for c in captions))
+            return
+        schemes = {s: parse_scheme(s) for s in dict.fromkeys(x.strip() for x in args.schemes.split(',') if x.strip())}
+        if not schemes:
+            raise ValueError(f"--schemes is empty; choose from {SCHEME_HELP}")
+        specs = args.ckpt + args.init_from
+        if not specs:
+            p.error('nothing to evaluate: give --ckpt PATH..., --init_from NAME... or --table JSON...')
+        missing = [c for c in args.ckpt if not os.path.exists(c)]
+        if missing:
+            raise ValueError(f"checkpoint {missing[0]} not found")
+        if args.batch_size < 1 or args.max_docs < 0:
+            raise ValueError("--batch_size must be >= 1 and --max_docs >= 0")
+        load_meta(args.data)       # fail before loading any model
+        device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
+        models = []
+        for spec in specs:
+            lm = analyze.load_model(spec, device, args.block_size)
+            models.append(evaluate(lm, schemes, args.data, args.max_docs or None, args.batch_size, device,
+                                   args.lm_head))
+            del lm
+            if args.json:
+                write_json(args.json, models, schemes, args.lm_head)
+        d = models[0]['data']
+        print(analyze.text_table(*table(models, list(schemes))))
+        print(f"{args.data} val: {d['documents']:,} documents, {d['predicted_tokens']:,} predicted tokens, "
+              f"batch size {args.batch_size}, LM head {'quantised' if args.lm_head else 'full precision'}; "
+              f"Δ = PPL_quant - PPL_full")
+        if args.json:
+            print(f'wrote {args.json}', file=sys.stderr)
+    except ValueError as e:
+        sys.exit(f'eval_quant.py: error: {e}')
+
+
+if __name__ == '__main__':
+    main()

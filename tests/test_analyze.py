@@ -1,0 +1,424 @@
+"""analyze.py: every metric against an independent computation, the model loaders, the CLI."""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import analyze
+from analyze import LoadedModel, Stats, forward, kurtosis, norm_ratio, pearson
+from model import GPT, GPTConfig
+from orthoadam import OrthoAdam
+
+VOCAB = 40
+
+
+# ----------------------------------------------------------------------------- fixtures
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and on a busy 2-core machine they cost 100x."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def write_docs(path, docs, vocab_size=VOCAB):
+    """A prepared-data folder whose val (and train) split holds `docs`, each followed by the eot token."""
+    os.makedirs(path, exist_ok=True)
+    eot = vocab_size - 1
+    toks = np.concatenate([np.append(np.asarray(d, dtype=np.int64), eot) for d in docs]).astype(np.uint16)
+    splits = {}
+    for split in ('train', 'val'):
+        toks.tofile(os.path.join(path, f'{split}.bin'))
+        splits[split] = {'documents': len(docs), 'tokens': len(toks), 'sha256': ''}
+    meta = {'format': 1, 'tokenizer': 'test', 'vocab_size': vocab_size, 'eot_token': eot, 'dtype': 'uint16',
+            'source': 'test documents', 'stand_in_for_c4': True, 'description': '', 'splits': splits, 'args': {}}
+    with open(os.path.join(path, 'meta.json'), 'w') as f:
+        json.dump(meta, f)
+    return path
+
+
+def random_docs(n=7, seed=0, max_len=40, vocab_size=VOCAB):
+    rng = np.random.default_rng(seed)
+    lengths = [1, 0] + list(rng.integers(2, max_len, size=n - 2))     # a one-token and an empty document
+    return [rng.integers(0, vocab_size - 1, size=n) for n in lengths]
+
+
+@pytest.fixture(scope='module')
+def docs_dir(tmp_path_factory):
+    return write_docs(str(tmp_path_factory.mktemp('docs')), random_docs())
+
+
+def tiny_config(**kw):
+    return GPTConfig(**dict(n_layer=3, n_head=2, n_embd=16, block_size=32, vocab_size=VOCAB, bias=False) | kw)
+
+
+def write_checkpoint(out_dir, optimizer='adamw', seed=0, **model_kw):
+    """A train.py-style checkpoint (weights, optimizer state with param_names, config) plus a log.jsonl."""
+    os.makedirs(out_dir, exist_ok=True)
+    torch.manual_seed(seed)
+    cfg = tiny_config(**model_kw)
+    model = GPT(cfg)
+    named = list(model.named_parameters())
+    groups = [{'params': [p for _, p in named], 'param_names': [n for n, _ in named]}]
+    opt = torch.optim.AdamW(groups, lr=1e-2) if optimizer == 'adamw' else OrthoAdam(groups, lr=1e-2)
+    for _ in range(2):
+        idx = torch.randint(0, VOCAB - 1, (4, 16))
+        model(idx, idx)[1].backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    ckpt = {'model': model.state_dict(), 'optimizer': opt.state_dict(), 'model_args': cfg.__dict__.copy(),
+            'iter_num': 2, 'config': {'optimizer': optimizer, 'dataset': 'test'}}
+    torch.save(ckpt, os.path.join(out_dir, 'ckpt.pt'))
+    with open(os.path.join(out_dir, 'log.jsonl'), 'w') as f:
+        for e in ({'event': 'eval', 'iter': 0, 'val_loss': 3.7}, {'event': 'train', 'iter': 1, 'loss': 9.0},
+                  {'event': 'train', 'iter': 1, 'loss': 3.5}, {'event': 'eval', 'iter': 2, 'val_loss': 3.4}):
+            f.write(json.dumps(e) + '\n')
+    return os.path.join(out_dir, 'ckpt.pt')
+
+
+def np_kurtosis(x):
+    x = np.asarray(x, dtype=np.float64)
+    return np.mean((x - x.mean()) ** 4) / np.var(x) ** 2
+
+
+# ----------------------------------------------------------------------------- hidden-state metrics
+@pytest.mark.parametrize('D', [4, 64, 1024])
+def test_kurtosis_of_a_pure_outlier_is_the_zero_noise_limit(D):
+    # x = alpha e_i, alpha -> infinity (no noise): E[(x-mu)^4] / E[(x-mu)^2]^2 = D - 2 + 1/(D - 1) exactly
+    x = torch.zeros(2, D, dtype=torch.float64)
+    x[0, 1], x[1, D - 1] = 1e3, -7.0
+    assert torch.allclose(kurtosis(x), torch.full((2,), D - 2 + 1 / (D - 1), dtype=torch.float64), rtol=1e-10)
+    assert torch.allclose(norm_ratio(x), torch.ones(2, dtype=torch.float64))
+
+
+def test_kurtosis_of_a_planted_outlier_matches_appendix_g():
+    g = torch.Generator().manual_seed(0)
+    D = 1024
+    x = torch.randn(256, D, generator=g, dtype=torch.float64)
+    x[:, 5] += D                                              # alpha = D: the paper's G.4
+    assert kurtosis(x).mean().item() == pytest.approx(D - 4 + 12 / D - 6 / D ** 2, rel=1e-3)
+    assert norm_ratio(x).mean().item() == pytest.approx(D / math.sqrt(D * D + D), abs=1e-3)   # ~ 1 (H.2)
+    assert kurtosis(x)[3].item() == pytest.approx(np_kurtosis(x[3].numpy()), rel=1e-12)
+    # finite alpha: the ratio of the expected 4th and squared 2nd central moments (Appendix G before G.4)
+    D, a = 256, 30.0
+    x = torch.randn(4000, D, generator=g, dtype=torch.float64)
+    x[:, 7] += a
+    u = a * (1 - 1 / D)
+    m4 = (u ** 4 + 6 * u ** 2 + 3) / D + (D - 1) / D * (3 + 6 * (a / D) ** 2 + (a / D) ** 4)
+    m2 = a * a / D * (1 - 1 / D) + 1
+    assert kurtosis(x).mean().item() == pytest.approx(m4 / m2 ** 2, rel=0.02)
+
+
+def test_rotating_a_planted_outlier_gives_gaussian_kurtosis():
+    g = torch.Generator().manual_seed(1)
+    D = 1024
+    z = torch.randn(256, D, generator=g, dtype=torch.float64)
+    x = z.clone()
+    x[:, 0] += D
+    q, _ = torch.linalg.qr(torch.randn(D, D, generator=g, dtype=torch.float64))     # Haar rotation
+    y = x @ q.T
+    assert abs(kurtosis(y).mean().item() - 3) < 0.3
+    assert norm_ratio(y).mean().item() < 0.15
+    h = torch.ones(1, 1, dtype=torch.float64)                                         # Q e_0 = 1/sqrt(D) (App. H)
+    while len(h) < D:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)])
+    y = x @ (h / math.sqrt(D)).T
+    assert kurtosis(y).mean().item() == pytest.approx(3, abs=0.05)
+    expected = (D + math.sqrt(2 * D * math.log(D))) / math.sqrt(D * (D * D + D))
+    assert norm_ratio(y).mean().item() == pytest.approx(expected, rel=0.05)
+
+
+def test_hidden_metrics_split_first_token_and_rest():
+    g = torch.Generator().manual_seed(2)
+    hidden = [torch.randn(3, 5, 6, generator=g) * (m + 1) for m in range(2)]
+    hidden[1][0, 2, 4] = 50.0                                 # an outlier in the rest of document 0
+    hidden[0][2, 3, 1] = 1e4                                  # a padded position: must be ignored
+    lengths = [5, 3, 1]
+    mask = torch.arange(5)[None, :] < torch.tensor(lengths)[:, None]
+    attn = [torch.full((3, 2, 5, 5), 0.2) for _ in hidden]
+    s = Stats(2, 2)
+    s.update(hidden, attn, mask)
+    r = s.result()['per_layer']
+    for m, h in enumerate(hidden):
+        h = h.numpy().astype(np.float64)
+        first = [h[b, 0] for b in range(3)]
+        rest = [h[b, t] for b in range(3) for t in range(1, lengths[b])]
+        assert r['kurtosis_first'][m] == pytest.approx(np.mean([np_kurtosis(v) for v in first]), rel=1e-9)
+        assert r['kurtosis_rest'][m] == pytest.approx(np.mean([np_kurtosis(v) for v in rest]), rel=1e-9)
+        ratio = lambda v: np.abs(v).max() / np.sqrt((v * v).sum())
+        assert r['norm_ratio_first'][m] == pytest.approx(np.mean([ratio(v) for v in first]), rel=1e-9)
+        assert r['norm_ratio_rest'][m] == pytest.approx(np.mean([ratio(v) for v in rest]), rel=1e-9)
+        assert r['max_abs_first'][m] == pytest.approx(np.mean([np.abs(v).max() for v in first]), rel=1e-9)
+        per_doc = [np.abs(h[b, 1:lengths[b]]).max() for b in range(3) if lengths[b] > 1]   # doc 2 has no rest
+        assert r['max_abs_rest'][m] == pytest.approx(np.mean(per_doc), rel=1e-9)
+    assert r['max_abs_rest'][1] >= 50 / 2
+
+
+def test_attention_metrics_on_hand_made_maps():
+    p = torch.zeros(2, 2, 4, 4)
+    p[0, 0] = torch.tensor([[1, 0, 0, 0], [.7, .3, 0, 0], [.2, .5, .3, 0], [.4, .1, .1, .4]])   # tie -> key 0
+    p[0, 1] = torch.tensor([[.5, 0, 0, 0], [.1, .6, 0, 0], [.3, .1, .1, 0], [.05, .05, .05, .05]])  # softmax-1
+    p[1, 0] = torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]])           # rows 2, 3 padded
+    p[1, 1] = torch.tensor([[1, 0, 0, 0], [.9, .05, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]])
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    s = Stats(1, 2)
+    s.update([torch.randn(2, 4, 8)], [p], mask)
+    r = s.result()
+    assert r['per_head']['first_attn_argmax'][0] == pytest.approx([2 / 4, 3 / 4])
+    assert r['per_head']['first_attn_mass'][0] == pytest.approx([(.7 + .2 + .4 + 0) / 4, (.1 + .3 + .05 + .9) / 4])
+    assert r['per_head']['attn_nowhere'][0] == pytest.approx([0, (.3 + .5 + .8 + .05) / 4], abs=1e-6)
+    assert r['first_attn_argmax'] == pytest.approx(0.625)
+    assert r['per_layer']['first_attn_mass'] == pytest.approx([(0.325 + 0.3375) / 2])
+
+
+def test_pearson_matches_numpy_and_is_none_when_undefined():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=12), rng.normal(size=12)
+    assert pearson(a, b) == pytest.approx(np.corrcoef(a, b)[0, 1], rel=1e-12)
+    assert pearson(a, 3 * a + 1) == pytest.approx(1.0)
+    assert pearson([1.0], [2.0]) is None and pearson([1, 1, 1], [1, 2, 3]) is None
+    assert pearson([1, float('nan')], [1, 2]) is None
+
+
+def causal_probs(g, b, h, t):
+    s = torch.randn(b, h, t, t, generator=g).masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), -math.inf)
+    return torch.softmax(s, -1)
+
+
+def test_streaming_accumulation_equals_one_shot():
+    g = torch.Generator().manual_seed(3)
+    L, H, C = 3, 2, 8
+    batches = []
+    for b, t in ((2, 5), (3, 7), (1, 4)):
+        mask = torch.arange(t)[None] < torch.randint(1, t + 1, (b,), generator=g)[:, None]
+        mask[0, :] = True
+        batches.append(([torch.randn(b, t, C, generator=g) for _ in range(L)], [causal_probs(g, b, H, t)
+                                                                                for _ in range(L)], mask))
+    streamed = Stats(L, H)
+    for hidden, attn, mask in batches:
+        streamed.update(hidden, attn, mask)
+    T = 7                                         # padded hidden states hold garbage: they must not count
+    one = Stats(L, H)
+    one.update([torch.cat([F.pad(h[m], (0, 0, 0, T - h[m].size(1)), value=123.0) for h, _, _ in batches])
+                for m in range(L)],
+               [torch.cat([F.pad(a[m], (0, T - a[m].size(-1), 0, T - a[m].size(-1))) for _, a, _ in batches])
+                for m in range(L)],
+               torch.cat([F.pad(mask, (0, T - mask.size(1))) for _, _, mask in batches]))
+    a, b = streamed.result(), one.result()
+    for k in analyze.HIDDEN_METRICS + analyze.ATTN_METRICS:
+        assert a['per_layer'][k] == pytest.approx(b['per_layer'][k], rel=1e-9), k
+        assert a[k] == pytest.approx(b[k], rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- data, perplexity, our models
+def test_val_batches_order_bos_truncation_padding(docs_dir):
+    docs = [d for d in random_docs() if len(d)]
+    batches = list(analyze.val_batches(docs_dir, None, 16, 4, bos=VOCAB - 2))
+    rows = [(idx[i][mask[i]]).tolist() for idx, mask in batches for i in range(len(idx))]
+    assert rows == [[VOCAB - 2] + d.tolist()[:15] for d in docs]
+    assert [len(idx) for idx, _ in batches] == [4, 2]
+    idx, mask = next(analyze.val_batches(docs_dir, 3, 8, 8))
+    assert idx.shape == (2, 8) and mask.sum(1).tolist() == [1, 8]      # 3 documents, one of them empty
+    assert idx[0, 1:].eq(0).all() and idx.dtype == torch.int64
+
+
+def test_perplexity_equals_a_direct_computation(docs_dir, tmp_path):
+    lm = analyze.load_model(write_checkpoint(str(tmp_path / 'run'), attn='softmax1'))
+    assert lm.kind == 'ours' and lm.bos is None and lm.block_size == 32
+    total, count = 0.0, 0
+    for d in random_docs():
+        d = torch.as_tensor(d[:32])
+        if len(d) > 1:
+            logits = lm.model(d[None])[0][0]
+            total += F.cross_entropy(logits[:-1], d[1:], reduction='sum').item()
+            count += len(d) - 1
+    expected = math.exp(total / count)
+    assert analyze.perplexity(lm, docs_dir, None, 3, 'cpu') == pytest.approx(expected, rel=1e-5)
+    result, example = analyze.analyze(lm, docs_dir, None, 2, 'cpu')
+    assert result['ppl'] == pytest.approx(expected, rel=1e-5)
+    assert result['data']['documents'] == 6 and result['data']['predicted_tokens'] == count
+    assert result['attn_nowhere'] > 0                       # softmax-1 sends mass nowhere
+    assert example['attn'].shape == (1, 1)                  # the first document has one token
+
+
+@pytest.mark.parametrize('attn', ['softmax', 'softmax1'])
+def test_analysis_path_returns_the_training_path_logits(attn):
+    torch.manual_seed(0)
+    model = GPT(tiny_config(attn=attn, pos_emb='rotary')).eval()
+    lm = LoadedModel('m', model, 'ours', None, 32, VOCAB, {})
+    idx = torch.randint(0, VOCAB, (2, 20))
+    logits, hidden, attn_maps = forward(lm, idx, analysis=True)
+    assert torch.allclose(forward(lm, idx), logits, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(model.lm_head(model.transformer.ln_f(hidden[-1]))[..., :VOCAB], logits, atol=1e-5)
+    assert len(hidden) == len(attn_maps) == 3 and attn_maps[0].shape == (2, 2, 20, 20)
+
+
+def test_token_ids_outside_the_vocabulary_are_a_clear_error(tmp_path):
+    lm = analyze.load_model(write_checkpoint(str(tmp_path / 'run')))
+    with pytest.raises(ValueError, match='another vocabulary'):
+        forward(lm, torch.tensor([[1, VOCAB]]))
+    data = write_docs(str(tmp_path / 'big'), [[1, 2, 3]], vocab_size=VOCAB + 10)
+    with pytest.raises(ValueError, match='another vocabulary'):
+        analyze.perplexity(lm, data, None, 2, 'cpu')
+
+
+def test_optimizer_basis_reads_second_moments_per_output_feature(tmp_path):
+    path = write_checkpoint(str(tmp_path / 'a'))
+    lm = analyze.load_model(path)
+    norms, moments, note = analyze.optimizer_basis(lm)
+    ckpt = torch.load(path, weights_only=False)
+    names = ckpt['optimizer']['param_groups'][0]['param_names']
+    for m in range(3):
+        w = ckpt['model'][f'transformer.h.{m}.mlp.c_proj.weight']
+        v = ckpt['optimizer']['state'][names.index(f'transformer.h.{m}.mlp.c_proj.weight')]['exp_avg_sq']
+        assert np.allclose(norms[m], w.norm(dim=1).numpy()) and np.allclose(moments[m], v.sum(1).numpy())
+    assert 'model basis' in note
+    assert 'rotated basis' in analyze.optimizer_basis(analyze.load_model(
+        write_checkpoint(str(tmp_path / 'b'), optimizer='orthoadam')))[2]
+
+
+def test_read_log_keeps_the_last_line_of_a_repeated_iteration(tmp_path):
+    write_checkpoint(str(tmp_path / 'r'))
+    train, val = analyze.read_log(str(tmp_path / 'r' / 'log.jsonl'))
+    assert [(e['iter'], e['loss']) for e in train] == [(1, 3.5)] and [e['iter'] for e in val] == [0, 2]
+
+
+def test_run_label():
+    assert analyze.run_label('out/x/ckpt.pt') == 'x' and analyze.run_label('runs/y.pt') == 'y'
+    assert analyze.run_label('meta-llama/Llama-2-7b-hf') == 'Llama-2-7b-hf' and analyze.run_label('gpt2') == 'gpt2'
+
+
+# ----------------------------------------------------------------------------- Hugging Face models
+def direct_metrics(per_doc):
+    """Per-layer metrics from a list of (hidden list of (T, C), attentions list of (H, T, T)), one per document."""
+    L = len(per_doc[0][0])
+    out = {k: [] for k in analyze.HIDDEN_METRICS + analyze.ATTN_METRICS}
+    for m in range(L):
+        hs = [h[m].double().numpy() for h, _ in per_doc]
+        out['kurtosis_first'].append(np.mean([np_kurtosis(h[0]) for h in hs]))
+        out['kurtosis_rest'].append(np.mean([np_kurtosis(v) for h in hs for v in h[1:]]))
+        out['max_abs_first'].append(np.mean([np.abs(h[0]).max() for h in hs]))
+        out['max_abs_rest'].append(np.mean([np.abs(h[1:]).max() for h in hs if len(h) > 1]))
+        out['norm_ratio_first'].append(np.mean([np.abs(h[0]).max() / np.linalg.norm(h[0]) for h in hs]))
+        out['norm_ratio_rest'].append(np.mean([np.abs(v).max() / np.linalg.norm(v) for h in hs for v in h[1:]]))
+        ps = [a[m].double().numpy() for _, a in per_doc]
+        queries = [(p[:, t], t) for p in ps for t in range(1, p.shape[-1])]          # (H, T) rows, query t > 0
+        out['first_attn_argmax'].append(np.mean([np.mean(row[:, :t + 1].argmax(-1) == 0) for row, t in queries]))
+        out['first_attn_mass'].append(np.mean([row[:, 0].mean() for row, _ in queries]))
+        out['attn_nowhere'].append(np.mean([(1 - row.sum(-1)).mean() for row, _ in queries]))
+    return out
+
+
+def check_hf_model(tmp_path, model, final_norm, docs_dir, bos):
+    transformers = pytest.importorskip('transformers')
+    model.save_pretrained(str(tmp_path / 'hf'))
+    lm = analyze.load_model(str(tmp_path / 'hf'), block_size=32)
+    assert lm.kind == 'hf' and lm.bos == bos and lm.block_size == 32
+    assert isinstance(lm.model, transformers.PreTrainedModel)
+    per_doc, total, count = [], 0.0, 0
+    for d in random_docs():
+        if not len(d):
+            continue
+        d = torch.as_tensor(([bos] if bos is not None else []) + d.tolist())[:32]
+        with torch.no_grad():
+            out = lm.model(d[None], output_hidden_states=True, output_attentions=True, labels=d[None])
+        logits, hidden, attn = forward(lm, d[None], analysis=True)
+        # transformers: hidden_states[0] is the embedding output and the last entry has the final norm applied
+        for m in range(len(hidden) - 1):
+            assert torch.allclose(hidden[m], out.hidden_states[m + 1], atol=1e-6)
+        assert torch.allclose(final_norm(lm.model)(hidden[-1]), out.hidden_states[-1], atol=1e-5)
+        per_doc.append(([h[0] for h in out.hidden_states[1:-1]] + [hidden[-1][0]], [a[0] for a in out.attentions]))
+        if len(d) > 1:
+            total, count = total + out.loss.item() * (len(d) - 1), count + len(d) - 1
+    result, _ = analyze.analyze(lm, docs_dir, None, 3, 'cpu')
+    expected = direct_metrics(per_doc)
+    for k, v in expected.items():
+        assert result['per_layer'][k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
+    assert result['ppl'] == pytest.approx(math.exp(total / count), rel=1e-5)
+    return result
+
+
+def test_hf_gpt2_metrics_agree_with_output_hidden_states(docs_dir, tmp_path):
+    transformers = pytest.importorskip('transformers')
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=3, n_head=2, n_embd=16, vocab_size=VOCAB, n_positions=64,
+                                  bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)
+    model = transformers.GPT2LMHeadModel(cfg)
+    result = check_hf_model(tmp_path, model, lambda m: m.transformer.ln_f, docs_dir, bos=None)
+    assert result['attn_nowhere'] == pytest.approx(0, abs=1e-6)
+    norms, moments, _ = analyze.optimizer_basis(analyze.load_model(str(tmp_path / 'hf')))
+    w = model.transformer.h[1].mlp.c_proj.weight            # Conv1D: (in, out)
+    assert np.allclose(norms[1], w.norm(dim=0).detach().numpy()) and moments == [None] * 3
+
+
+def test_hf_llama_gets_bos_and_metrics_agree(docs_dir, tmp_path):
+    transformers = pytest.importorskip('transformers')
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   num_key_value_heads=1, vocab_size=VOCAB, max_position_embeddings=64,
+                                   bos_token_id=VOCAB - 2, eos_token_id=VOCAB - 1, pad_token_id=0)
+    check_hf_model(tmp_path, transformers.LlamaForCausalLM(cfg), lambda m: m.model.norm, docs_dir, bos=VOCAB - 2)
+
+
+def test_missing_transformers_is_a_one_line_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'transformers', None)
+    with pytest.raises(ValueError, match='pip install transformers') as e:
+        analyze.load_model('gpt2')
+    assert '\n' not in str(e.value)
+
+
+def test_hf_weights_not_on_this_machine_is_a_one_line_error(monkeypatch, tmp_path):
+    pytest.importorskip('transformers')
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    with pytest.raises(ValueError, match='Hugging Face cache') as e:
+        analyze.load_model(str(tmp_path / 'no-such-model'))
+    assert '\n' not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- command line
+def test_cli_end_to_end(docs_dir, tmp_path, capsys):
+    a = write_checkpoint(str(tmp_path / 'base'))
+    b = write_checkpoint(str(tmp_path / 's1oa'), optimizer='orthoadam', attn='softmax1', norm='rmsnorm_single', seed=1)
+    out, plots = tmp_path / 'json', tmp_path / 'plots'
+    analyze.main(['--ckpt', a, str(tmp_path / 's1oa'), '--data', docs_dir, '--max_docs', '5', '--batch_size', '2',
+                  '--json', str(out), '--plots', str(plots)])
+    text = capsys.readouterr().out
+    lines = [line for line in text.splitlines() if line.startswith(('base', 's1oa'))]
+    assert len(lines) == 4 and 'E_m[κ_m,1]' in text and 'First Attn' in text
+    assert lines[1].split()[2:4] == ['✓', '✓']              # s1oa: Softmax+1? and OrthoAdam?
+    for name in ('base', 's1oa'):
+        r = json.loads((out / f'{name}.json').read_text())
+        assert all(k in r for k in analyze.SUMMARY_KEYS + ('config', 'data', 'per_layer', 'per_head'))
+        assert all(len(r['per_layer'][k]) == 3 for k in analyze.HIDDEN_METRICS + analyze.ATTN_METRICS)
+        assert r['data']['documents'] == 4 and r['data']['max_docs'] == 5     # one of the 5 is empty
+    for png in ('attention_map', 'hidden_states', 'layer_progression', 'optimizer_basis', 'training_curve'):
+        data = (plots / f'{png}.png').read_bytes()
+        assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 5000, png
+    analyze.main(['--table', str(out)])
+    md = capsys.readouterr().out.splitlines()
+    assert md[0].startswith('| Model |') and md[1].startswith('|---|---:') and md[2].startswith('| base |')
+    assert sum(line.startswith('| s1oa |') for line in md) == 2
+    cells = lambda line: line.replace('\\|', '').count('|')       # pipes inside cells are escaped
+    assert '\\|' in md[0] and cells(md[0]) == cells(md[1]) == cells(md[2]) == 11
+    analyze.main(['--ckpt', a, '--data', docs_dir, '--max_docs', '3', '--json', str(tmp_path / 'one.json')])
+    assert json.loads((tmp_path / 'one.json').read_text())['model'] == a
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--ckpt', 'no/such/ckpt.pt'], 'not found'),
+    (['--ckpt', '{ckpt}', '--data', 'no/such/data'], 'not a prepared dataset'),
+    (['--ckpt', '{ckpt}', '{ckpt}', '--json', 'x.json'], 'pass a folder'),
+    (['--table', '{ckpt}'], 'not an analyze.py JSON file'),
+])
+def test_cli_errors_are_one_line(args, message, docs_dir, tmp_path):
+    ckpt = write_checkpoint(str(tmp_path / 'r'))
+    args = [x.format(ckpt=ckpt) for x in args] + (['--data', docs_dir] if '--data' not in args else [])
+    with pytest.raises(SystemExit) as e:
+        analyze.main(args)
+    assert message in str(e.value) and '\n' not in str(e.value) and str(e.value).startswith('analyze.py: error')
