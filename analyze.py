@@ -447,11 +447,12 @@ def load_results(paths):
     return results
 
 
-def _nan_to_none(x):
+def json_safe(x):
+    """x with every non-finite float replaced by None (JSON has no NaN/inf)."""
     if isinstance(x, dict):
-        return {k: _nan_to_none(v) for k, v in x.items()}
+        return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, list):
-        return [_nan_to_none(v) for v in x]
+        return [json_safe(v) for v in x]
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
@@ -632,7 +633,7 @@ def main(argv=None):
             for r, (label, _) in zip(results, examples):
                 path = args.json if one_file else os.path.join(args.json, f'{label}.json')
                 with open(path, 'w') as f:
-                    json.dump(_nan_to_none(r), f, indent=1)
+                    json.dump(json_safe(r), f, indent=1)
                 print(f'wrote {path}', file=sys.stderr)
         if args.plots:
             os.makedirs(args.plots, exist_ok=True)

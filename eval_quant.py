@@ -301,17 +301,8 @@ def table(models, schemes=None):
     return header, rows
 
 
-def finite(x):
-    """JSON has no inf/nan: they are written as null."""
-    if isinstance(x, dict):
-        return {k: finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [finite(v) for v in x]
-    return None if isinstance(x, float) and not math.isfinite(x) else x
-
-
 def write_json(path, models, schemes, lm_head):
-    out = {'format': 1, 'schemes': list(schemes), 'lm_head': lm_head, 'models': finite(models)}
+    out = {'format': 1, 'schemes': list(schemes), 'lm_head': lm_head, 'models': analyze.json_safe(models)}
     tmp = path + '.tmp'
     with open(tmp, 'w') as f:
         json.dump(out, f, indent=1)

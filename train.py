@@ -41,7 +41,7 @@ DEFAULTS = dict(
     # optimiser
     optimizer='adamw', learning_rate=1e-3, weight_decay=0.0, beta1=0.9, beta2=0.999, eps=1e-8,
     momentum=0.9, grad_clip=1.0,
-    orthoadam_rotation='hadamard', orthoadam_axes='all', orthoadam_vocab_axis='skip', orthoadam_seed=0,
+    orthoadam_rotation='hadamard', orthoadam_axes='residual', orthoadam_vocab_axis='skip', orthoadam_seed=0,
     # schedule: linear warmup, cosine decay to min_lr at lr_decay_iters (0 = max_iters)
     max_iters=40000, warmup_iters=2000, lr_decay_iters=0, min_lr=1e-4, decay_lr=True,
     # system
