@@ -25,7 +25,7 @@ Conventions (all metrics on the hidden state after each block's residual additio
   first_attn_argmax  fraction of (query, head) pairs, query > 0 (query 0 can only see itself), whose
                most-attended real key is key 0 (ties go to key 0).
   first_attn_mass    mean over (query > 0, head) of the attention probability on key 0.
-  attn_nowhere       mean over (query > 0, head) of 1 - row sum: softmax-1's mass that went nowhere
+  attn_nowhere       mean over (query > 0, head) of max(0, 1 - row sum): softmax-1's mass that went nowhere
                (0 for softmax).
   Summary numbers are E_m[...]: the unweighted mean of the per-layer values over the M layers.
   kurtosis_norm_ratio_corr_*: Pearson correlation across layers of the per-layer kurtosis and
@@ -296,7 +296,7 @@ class Stats:
         for m, p in enumerate(attn):
             s['first_attn_argmax'][m] += ((p.argmax(-1) == 0) & q).sum((0, 2)).cpu()
             s['first_attn_mass'][m] += torch.where(q, p[..., 0].double(), 0).sum((0, 2)).cpu()
-            s['attn_nowhere'][m] += torch.where(q, 1 - p.sum(-1, dtype=torch.float64), 0).sum((0, 2)).cpu()
+            s['attn_nowhere'][m] += torch.where(q, (1 - p.sum(-1, dtype=torch.float64)).clamp_min(0), 0).sum((0, 2)).cpu()
 
     def result(self):
         """Summary numbers, per-layer lists and per-head lists (NaN where nothing was counted)."""
