@@ -34,6 +34,7 @@ import re
 import torch
 
 HADAMARD_BLOCK = 64  # largest Sylvester block applied in one matmul: smaller blocks, fewer FLOPs per pass
+CPU_SLICE = 1 << 20  # CPU: multi-pass rotations of a tensor whose axis 0 is unrotated go in slices this big
 ROTATIONS = ("hadamard", "haar", "identity")
 AXES = ("all", "residual", "none")
 
@@ -41,6 +42,12 @@ AXES = ("all", "residual", "none")
 def rotate(x, factors, transpose=False):
     """Return Q x (or Qᵀ x) for Q = ⊗_axis Q_axis. factors[axis] is None (identity) or (signs, mats):
     Q_axis = (mats[0] ⊗ mats[1] ⊗ ...) · diag(signs), each mat acting on one sub-axis of the axis."""
+    rows = CPU_SLICE // max(1, math.prod(x.shape[1:]))
+    passes = sum(len(f[1]) for f in factors if f is not None)
+    if x.device.type == "cpu" and passes > 1 and factors[0] is None and 0 < rows < x.size(0):
+        # rows are rotated independently: several passes over a cache-sized slice beat several passes over
+        # the whole tensor (~2x for the 50k x 768 embedding); one dense pass is faster unsliced
+        return torch.cat([rotate(part, factors, transpose) for part in x.split(rows)])
     shape = x.shape
     for axis, factor in enumerate(factors):
         if factor is None:

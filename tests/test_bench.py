@@ -1,0 +1,59 @@
+"""bench.py smoke run on CPU: it completes, prints its table and writes the documented JSON (no timing assertions)."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+RATIOS = ('attn_softmax1_over_softmax', 'optim_state_orthoadam_over_adamw', 'optim_step_orthoadam_over_adamw',
+          'train_step_s1oa_over_vanilla')
+
+
+def test_quick_run_writes_ratios(tmp_path):
+    out = tmp_path / 'bench.json'
+    run = subprocess.run([sys.executable, 'bench.py', '--quick', '--device=cpu', '--repeats=2', f'--json={out}'],
+                         cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr
+    assert 'ratios (median' in run.stdout and 'optim tiny' in run.stderr   # table on stdout, progress on stderr
+    res = json.loads(out.read_text())
+    assert res['device'].startswith('cpu') and res['quick'] is True
+    for key in RATIOS:
+        assert isinstance(res[key], float) and math.isfinite(res[key]) and res[key] > 0, key
+    assert {r['optimizer'] for r in res['optimizer']} >= {'adamw', 'orthoadam hadamard/residual',
+                                                          'orthoadam hadamard/all', 'orthoadam haar/residual'}
+    assert [r['variant'] for r in res['train']] == ['vanilla', 'softmax1+orthoadam']
+    assert all(r['mfu'] is None and r['peak_memory_bytes'] > 0 for r in res['train'])   # no MFU on CPU
+
+
+def test_sections_subset_and_errors(tmp_path):
+    import bench
+    res = bench.main(['--quick', '--device=cpu', '--sections=attn', '--repeats=1'])
+    assert res['attn_softmax1_over_softmax'] > 0 and res['optim_step_orthoadam_over_adamw'] is None
+    with pytest.raises(SystemExit):
+        bench.main(['--sections=attn,nope'])
+
+
+@pytest.mark.skipif(__import__('torch').cuda.is_available(), reason='checks the error without a GPU')
+def test_cuda_without_gpu_is_a_clear_error():
+    run = subprocess.run([sys.executable, 'bench.py', '--quick', '--device=cuda'], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2 and 'CUDA is not available' in run.stderr
+
+
+def test_cpu_slices_rotate_exactly_like_one_pass(monkeypatch):
+    """The sliced CPU path of orthoadam.rotate (a speed-up measured by bench.py) gives the one-pass result
+    up to float32 rounding (matmul blocking differs with the batch size)."""
+    import torch
+    import orthoadam
+    g = torch.Generator().manual_seed(0)
+    signs, mats = orthoadam.axis_factor(48, 'hadamard', g)
+    factors = [None, (signs.float(), [orthoadam.sylvester_hadamard(m).float() if isinstance(m, int) else m.float()
+                                      for m in mats])]
+    x = torch.randn(37, 48, generator=g)
+    whole = [orthoadam.rotate(x, factors, t) for t in (False, True)]
+    monkeypatch.setattr(orthoadam, 'CPU_SLICE', 48 * 5)   # slices of 5 rows, the last one shorter
+    for t, ref in zip((False, True), whole):
+        torch.testing.assert_close(orthoadam.rotate(x, factors, t), ref, rtol=1e-6, atol=1e-6)
