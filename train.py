@@ -439,6 +439,8 @@ def train(cfg):
         log_file.close()
     if wandb is not None:
         wandb.finish()
+    if world > 1:   # no rank tears down its process group while another still writes the checkpoint
+        dist.barrier()
     result['ckpt'] = ckpt_path
     return result
 
