@@ -24,8 +24,9 @@ def write_dataset(path, vocab_size=64, n_train=60_000, n_val=8_000, dtype='uint1
         rand = rng.integers(0, vocab_size, size=n)
         for i in range(1, n):
             toks[i] = rand[i] if noise[i] else nxt[toks[i - 1], choice[i]]
+        toks[-1] = vocab_size - 1   # the end-of-text token also occurs at random: documents of random length
         toks.astype(dtype).tofile(os.path.join(path, f'{split}.bin'))
-        splits[split] = {'documents': 1, 'tokens': n, 'sha256': ''}
+        splits[split] = {'documents': int((toks == vocab_size - 1).sum()), 'tokens': n, 'sha256': ''}
     meta = {'format': 1, 'tokenizer': 'test-bigram', 'vocab_size': vocab_size, 'eot_token': vocab_size - 1,
             'dtype': dtype, 'source': 'synthetic test data', 'stand_in_for_c4': True,
             'description': 'bigram process written by tests/conftest.py', 'splits': splits, 'args': {}}
