@@ -66,7 +66,7 @@ import torch
 import torch.nn.functional as F
 
 from model import GPT
-from prepare_c4 import duration, iter_documents, load_meta
+from prepare_c4 import duration, iter_documents, load_meta, write_json
 
 HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
 ATTN_PLOT_TOKENS = 32    # Fig. 1a shows the first tokens of one document
@@ -227,18 +227,29 @@ def nll_sum(logits, idx, mask):
     return float(nll), int(valid.sum())
 
 
-def perplexity(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str) -> float:
+def nll_total(lm: LoadedModel, data_dir, max_docs, batch_size, device, label=None, on_batch=None):
+    """(sum of next-token NLL, predicted tokens, documents) over the validation documents, with progress.
+    on_batch(mask), when given, sees each batch's real-token mask before the forward pass."""
     meta = check_data(data_dir, lm)
-    total, count = 0.0, 0
-    progress = Progress(f"{lm.name} ppl", min(max_docs or math.inf, meta['splits']['val']['documents']))
+    total, count, docs = 0.0, 0, 0
+    progress = Progress(label or f"{lm.name} ppl", min(max_docs or math.inf, meta['splits']['val']['documents']))
     for idx, mask in val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
         idx, mask = idx.to(device), mask.to(device)
+        if on_batch is not None:
+            on_batch(mask)
         s, n = nll_sum(forward(lm, idx), idx, mask)
-        total, count = total + s, count + n
+        total, count, docs = total + s, count + n, docs + len(idx)
         progress.update(len(idx))
+    progress.update(0, final=True)
     if count == 0:
         raise ValueError(f"{data_dir}: no document has two tokens, nothing to predict")
-    return math.exp(total / count)
+    return total, count, docs
+
+
+def perplexity(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str) -> float:
+    total, count, _ = nll_total(lm, data_dir, max_docs, batch_size, device)
+    mean = total / count
+    return math.exp(mean) if mean < 700 else math.inf    # exp overflows past ~709 nats
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -632,8 +643,7 @@ def main(argv=None):
                 os.makedirs(args.json, exist_ok=True)
             for r, (label, _) in zip(results, examples):
                 path = args.json if one_file else os.path.join(args.json, f'{label}.json')
-                with open(path, 'w') as f:
-                    json.dump(json_safe(r), f, indent=1)
+                write_json(path, json_safe(r), indent=1)
                 print(f'wrote {path}', file=sys.stderr)
         if args.plots:
             os.makedirs(args.plots, exist_ok=True)

@@ -63,7 +63,7 @@ import torch
 import torch.nn as nn
 
 import analyze
-from prepare_c4 import load_meta
+from prepare_c4 import load_meta, write_json
 
 PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
 
@@ -232,21 +232,14 @@ def rows(batch, x):
 
 # ----------------------------------------------------------------------------- evaluation
 
-def perplexity(lm, data_dir, max_docs, batch_size, device, batch, label, n_docs):
-    """(ppl, documents, predicted tokens) over the validation documents, as analyze.perplexity, with
-    batch['valid'] set to each batch's real-token mask for the activation quantisers."""
-    total, count, docs = 0.0, 0, 0
-    progress = analyze.Progress(label, n_docs)
-    for idx, mask in analyze.val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
-        idx, mask = idx.to(device), mask.to(device)
-        batch['valid'] = mask
-        s, n = analyze.nll_sum(analyze.forward(lm, idx), idx, mask)
-        total, count, docs = total + s, count + n, docs + len(idx)
-        progress.update(len(idx))
-    batch['valid'] = None
-    progress.update(0, final=True)
-    if count == 0:
-        raise ValueError(f"{data_dir}: no document has two tokens, nothing to predict")
+def perplexity(lm, data_dir, max_docs, batch_size, device, batch, label):
+    """(ppl, documents, predicted tokens) as analyze.perplexity, with batch['valid'] set to each batch's
+    real-token mask for the activation quantisers."""
+    try:
+        total, count, docs = analyze.nll_total(lm, data_dir, max_docs, batch_size, device, label,
+                                               on_batch=lambda mask: batch.__setitem__('valid', mask))
+    finally:
+        batch['valid'] = None
     mean = total / count
     return (math.exp(mean) if mean < 700 else math.inf), docs, count      # exp overflows past ~709 nats
 
@@ -254,7 +247,6 @@ def perplexity(lm, data_dir, max_docs, batch_size, device, batch, label, n_docs)
 def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False):
     """Perplexity of one model in full precision and under each scheme; a JSON-ready dict."""
     meta = analyze.check_data(data_dir, lm)
-    n_docs = min(max_docs or math.inf, meta['splits']['val']['documents'])
     layers = quantisable_layers(lm.model, lm_head)
     if not layers:
         raise ValueError(f"{lm.name} has no Linear or Conv1D layers to quantise")
@@ -265,11 +257,10 @@ def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False)
     for name in ('full', *schemes):
         t0 = time.time()
         if name == 'full':
-            ppl[name], docs, tokens = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} full",
-                                                 n_docs)
+            ppl[name], docs, tokens = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} full")
         else:
             with quantised(layers, backup, schemes[name][0], batch):
-                ppl[name] = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} {name}", n_docs)[0]
+                ppl[name] = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} {name}")[0]
         seconds[name] = round(time.time() - t0, 2)
     return dict(model=lm.name, label=label, kind=lm.kind, config=lm.config, quantised_layers=[n for n, _ in layers],
                 ppl=ppl, delta={s: ppl[s] - ppl['full'] for s in schemes}, seconds=seconds,
@@ -301,12 +292,9 @@ def table(models, schemes=None):
     return header, rows
 
 
-def write_json(path, models, schemes, lm_head):
-    out = {'format': 1, 'schemes': list(schemes), 'lm_head': lm_head, 'models': analyze.json_safe(models)}
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, path)
+def write_results(path, models, schemes, lm_head):
+    write_json(path, {'format': 1, 'schemes': list(schemes), 'lm_head': lm_head, 'models': analyze.json_safe(models)},
+               indent=1)
 
 
 def read_runs(paths):
@@ -376,7 +364,7 @@ def main(argv=None):
                                    args.lm_head))
             del lm
             if args.json:
-                write_json(args.json, models, schemes, args.lm_head)
+                write_results(args.json, models, schemes, args.lm_head)
         d = models[0]['data']
         print(analyze.text_table(*table(models, list(schemes))))
         print(f"{args.data} val: {d['documents']:,} documents, {d['predicted_tokens']:,} predicted tokens, "
