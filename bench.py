@@ -26,8 +26,6 @@ section did not run.
 """
 import argparse
 import contextlib
-import json
-import math
 import os
 import statistics
 import sys
@@ -37,7 +35,8 @@ import torch
 
 from model import GPT, GPTConfig, attention, attention_probs
 from orthoadam import OrthoAdam
-from train import DEFAULTS, PEAK_FLOPS, configure_optimizer
+from prepare_c4 import write_json
+from train import DEFAULTS, configure_optimizer, peak_flops
 
 SECTIONS = ('attn', 'optim', 'train')
 GPT2 = {  # the paper's GPT-2 shapes (config/gpt2_130m.py, config/gpt2_350m.py) and small CPU stand-ins
@@ -81,13 +80,6 @@ def timeit(fn, device, repeats, warmup):
 
 def summary(times):
     return {'min_s': min(times), 'median_s': statistics.median(times)}
-
-
-def peak_flops(device):
-    if device.type != 'cuda':
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in PEAK_FLOPS if key in name), None)
 
 
 def fmt_bytes(n):
@@ -207,7 +199,7 @@ def bench_optimizer(device, sizes, variants, repeats, warmup):
 # ----------------------------------------------------------------------------- 3. training step
 def bench_train(device, size, batch_size, block_size, dtype, compile, repeats, warmup):
     rows = []
-    peak = peak_flops(device)
+    peak = peak_flops(device.type)
     g = torch.Generator(device='cpu').manual_seed(0)
     vocab = GPT2[size]['vocab_size']
     x, y = (torch.randint(0, vocab, (batch_size, block_size), generator=g).to(device) for _ in range(2))
@@ -360,8 +352,7 @@ def main(argv=None):
     print(f"\n{res['elapsed_s']:.1f} s")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, 'w') as f:
-            json.dump(res, f, indent=1)
+        write_json(args.json, res, indent=1)
     return res
 
 

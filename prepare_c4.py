@@ -406,9 +406,11 @@ def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
     return {"documents": docs, "tokens": tokens, "sha256": sha.hexdigest()}
 
 
-def write_json(path: Path, obj: dict):
+def write_json(path, obj, indent=2):
+    """Write obj as JSON atomically: a temporary file beside path, then a rename."""
+    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    tmp.write_text(json.dumps(obj, indent=indent) + "\n")
     os.replace(tmp, path)
 
 
