@@ -66,7 +66,7 @@ import torch
 import torch.nn.functional as F
 
 from model import GPT
-from prepare_c4 import duration, iter_documents, load_meta, write_json
+from prepare_c4 import Progress, duration, iter_documents, load_meta, write_json
 
 HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
 ATTN_PLOT_TOKENS = 32    # Fig. 1a shows the first tokens of one document
@@ -205,21 +205,6 @@ def check_data(data_dir, lm):
     return meta
 
 
-class Progress:
-    """A status line on stderr every ~2 s: documents, docs/s, elapsed time and ETA."""
-
-    def __init__(self, label, target):
-        self.label, self.target, self.t0, self.last, self.docs = label, target, time.time(), time.time(), 0
-
-    def update(self, n, final=False):
-        self.docs += n
-        if final or time.time() - self.last >= 2.0:
-            self.last, dt = time.time(), max(time.time() - self.t0, 1e-9)
-            eta = '' if final else f", ETA {duration((self.target - self.docs) * dt / max(self.docs, 1))}"
-            print(f"{self.label}: {'done, ' if final else ''}{self.docs:,}/{self.target:,} docs, "
-                  f"{self.docs / dt:.1f} docs/s, {duration(dt)}{eta}", file=sys.stderr, flush=True)
-
-
 def nll_sum(logits, idx, mask):
     """(sum of next-token NLL, number of predicted tokens) over positions t with mask[t] and mask[t+1]."""
     valid = mask[:, :-1] & mask[:, 1:]
@@ -232,15 +217,15 @@ def nll_total(lm: LoadedModel, data_dir, max_docs, batch_size, device, label=Non
     on_batch(mask), when given, sees each batch's real-token mask before the forward pass."""
     meta = check_data(data_dir, lm)
     total, count, docs = 0.0, 0, 0
-    progress = Progress(label or f"{lm.name} ppl", min(max_docs or math.inf, meta['splits']['val']['documents']))
+    progress = Progress(label or f"{lm.name} ppl", target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
     for idx, mask in val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
         idx, mask = idx.to(device), mask.to(device)
         if on_batch is not None:
             on_batch(mask)
         s, n = nll_sum(forward(lm, idx), idx, mask)
         total, count, docs = total + s, count + n, docs + len(idx)
-        progress.update(len(idx))
-    progress.update(0, final=True)
+        progress.update(docs, 0)
+    progress.done()
     if count == 0:
         raise ValueError(f"{data_dir}: no document has two tokens, nothing to predict")
     return total, count, docs
@@ -340,8 +325,8 @@ def example_sequence(hidden, attn, mask):
 def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str):
     """(JSON-ready result dict, plot data of the first document) for one model."""
     meta = check_data(data_dir, lm)
-    stats, example = None, None
-    progress = Progress(run_label(lm.name), min(max_docs or math.inf, meta['splits']['val']['documents']))
+    stats, example, docs = None, None, 0
+    progress = Progress(run_label(lm.name), target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
     for idx, mask in val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
         idx, mask = idx.to(device), mask.to(device)
         logits, hidden, attn = forward(lm, idx, analysis=True)
@@ -350,10 +335,11 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
         s, n = nll_sum(logits, idx, mask)
         stats.nll, stats.n_predicted = stats.nll + s, stats.n_predicted + n
         example = example or example_sequence(hidden, attn, mask)
-        progress.update(len(idx))
+        docs += len(idx)
+        progress.update(docs, 0)
     if stats is None:
         raise ValueError(f"{data_dir}: the val split has no documents")
-    progress.update(0, final=True)
+    progress.done()
     data = dict(dir=data_dir, split='val', tokenizer=meta['tokenizer'], source=meta.get('source'),
                 stand_in_for_c4=meta.get('stand_in_for_c4'), max_docs=max_docs, documents=stats.n_first,
                 positions=stats.n_first + stats.n_rest, predicted_tokens=stats.n_predicted,

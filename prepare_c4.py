@@ -357,9 +357,11 @@ class Progress:
 
     def line(self, eta=True):
         dt = max(time.time() - self.t0, 1e-9)
-        text = f"{self.docs:,} {self.unit}"
+        text = f"{self.docs:,}" + (f"/{self.target_docs:,}" if self.target_docs else "") + f" {self.unit}"
         if self.tokens:
             text += f", {self.tokens:,} tokens, {self.tokens / dt:,.0f} tokens/s"
+        else:
+            text += f", {self.docs / dt:,.1f} {self.unit}/s"
         text += f", {duration(dt)}"
         if eta and self.target_tokens and self.tokens:
             text += f", ETA {duration((self.target_tokens - self.tokens) * dt / self.tokens)}"
