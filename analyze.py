@@ -390,18 +390,19 @@ def _fmt(value, spec):
     return 'n/a' if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+def model_cells(label, config):
+    """Model, #Params, Softmax+1?, OrthoAdam? cells of a table row (public weights have no optimizer: ✗)."""
+    n, opt = config['n_params'], config.get('optimizer')
+    size = f'{n / 1e9:.1f}B' if n >= 1e9 else f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.1f}K'
+    oa = '✓' if opt == 'orthoadam' else '✗' if opt in ('adamw', None) else opt
+    return [label, size, '✓' if config.get('attn') == 'softmax1' else '✗', oa]
+
+
 def table_rows(results):
     """Two tables, one row per model: Table 2's layout, then norm ratios, correlations (Table 9), mass."""
-    def model_cells(r):
-        c = r['config']
-        opt = c.get('optimizer')
-        n = c['n_params']
-        size = f'{n / 1e9:.1f}B' if n >= 1e9 else f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.1f}K'
-        oa = '✓' if opt == 'orthoadam' else '✗' if opt in ('adamw', None) else opt
-        return [run_label(r['model']), size, '✓' if c.get('attn') == 'softmax1' else '✗', oa]
     table2 = (['Model', '#Params', 'Softmax+1?', 'OrthoAdam?', 'PPL', 'E_m[κ_m,1]', 'E_m[κ_m,>1]',
                'E_m[max|X_m,1,d|]', 'E_m[max|X_m,>1,d|]', 'First Attn'],
-              [model_cells(r) + [_fmt(r['ppl'], '.2f')]
+              [model_cells(run_label(r['model']), r['config']) + [_fmt(r['ppl'], '.2f')]
                + [_fmt(r[k], '.1f') for k in ('kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest')]
                + [_fmt(r['first_attn_argmax'], '.3f')] for r in results])
     keys = ('norm_ratio_first', 'norm_ratio_rest', 'kurtosis_norm_ratio_corr_first', 'kurtosis_norm_ratio_corr_rest',

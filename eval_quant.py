@@ -283,11 +283,7 @@ def table(models, schemes=None):
     header = ['Model', '#Params', 'S1?', 'OA?', 'full'] + [c for s in schemes for c in (s, 'Δ')]
     rows = []
     for m in models:
-        c = m['config']
-        s1 = '✓' if c.get('attn') == 'softmax1' else '✗'
-        opt = c.get('optimizer')
-        oa = '✓' if opt == 'orthoadam' else '✗' if opt in ('adamw', None) else opt     # None: public weights
-        rows.append([m['label'], f"{c['n_params'] / 1e6:.1f}M", s1, oa, fmt(m['ppl']['full'])]
+        rows.append(analyze.model_cells(m['label'], m['config']) + [fmt(m['ppl']['full'])]
                     + [fmt(v) for s in schemes for v in (m['ppl'].get(s), m['delta'].get(s))])
     return header, rows
 
