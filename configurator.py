@@ -4,8 +4,9 @@
     cfg = load_config(DEFAULTS, sys.argv[1:], choices={'optimizer': ('adamw', 'orthoadam')})
 
 Config files are Python files whose top-level assignments set keys (names starting with '_' and
-imported modules are ignored, so a file may compute values). Several files may be given; later ones
-win, then the overrides. Every key must exist in the defaults (unknown keys are errors that suggest
+imported modules are ignored, so a file may compute values). A file may call include('base.py'),
+relative to its own folder, to start from another file's settings and state only its differences.
+Several files may be given; later ones win, then the overrides. Every key must exist in the defaults (unknown keys are errors that suggest
 the closest known keys), every value must have the default's type (an int is accepted for a float;
 a key whose default is None accepts anything) and keys with choices must take one of them.
 """
@@ -51,15 +52,26 @@ def _check(key, value, defaults, choices, origin):
     return value
 
 
-def read_config_file(path):
-    """Top-level assignments of a Python config file, as a dict."""
+def read_config_file(path, _including=()):
+    """Top-level assignments of a Python config file, as a dict. A file may call include('other.py')
+    (a path relative to the including file's folder) to take that file's settings at that point."""
     if not os.path.isfile(path):
-        raise ConfigError(f"config file '{path}' not found")
+        where = f" (included from '{_including[-1]}')" if _including else ""
+        raise ConfigError(f"config file '{path}' not found{where}")
+    if os.path.abspath(path) in map(os.path.abspath, _including):
+        raise ConfigError(f"config file '{path}' includes itself (through {' -> '.join(_including)})")
     namespace = {}
+
+    def include(other):
+        namespace.update(read_config_file(os.path.join(os.path.dirname(path), other), _including + (path,)))
+
+    namespace['include'] = include
     with open(path) as f:
         source = f.read()
     try:
         exec(compile(source, path, 'exec'), namespace)
+    except ConfigError:
+        raise
     except Exception as e:  # a broken config file is a user error, reported on one line
         raise ConfigError(f"config file '{path}' failed: {type(e).__name__}: {e}") from None
     return {k: v for k, v in namespace.items()

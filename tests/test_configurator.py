@@ -64,7 +64,7 @@ def test_save_config_round_trips(tmp_path):
     assert json.loads(path.read_text())['max_iters'] == 100
 
 
-@pytest.mark.parametrize('path', sorted(glob.glob('config/*.py')))
+@pytest.mark.parametrize('path', sorted(glob.glob('config/**/*.py', recursive=True)))
 def test_config_files_are_valid_and_state_their_parameter_count(path):
     import train
     cfg = load_config(train.DEFAULTS, [path], train.CHOICES)
@@ -75,3 +75,25 @@ def test_config_files_are_valid_and_state_their_parameter_count(path):
     args['vocab_size'] = 50257
     with torch.device('meta'):
         assert GPT(GPTConfig(**args)).num_params() == int(claimed.group(1).replace(',', ''))
+
+
+def test_include_takes_a_files_settings_relative_to_the_including_file(tmp_path):
+    (tmp_path / 'sub').mkdir()
+    (tmp_path / 'base.py').write_text("max_iters = 7\nlearning_rate = 0.5\n")
+    (tmp_path / 'sub' / 'row.py').write_text("include('../base.py')\nlearning_rate = 0.25\n")
+    cfg = load_config(DEFAULTS, [str(tmp_path / 'sub' / 'row.py')])
+    assert (cfg['max_iters'], cfg['learning_rate']) == (7, 0.25)       # included, then the row's own value wins
+
+
+def test_include_errors_name_the_file(tmp_path):
+    (tmp_path / 'a.py').write_text("include('missing.py')\n")
+    with pytest.raises(ConfigError, match=r"missing.py' not found \(included from"):
+        load_config(DEFAULTS, [str(tmp_path / 'a.py')])
+    (tmp_path / 'b.py').write_text("include('c.py')\n")
+    (tmp_path / 'c.py').write_text("include('b.py')\n")
+    with pytest.raises(ConfigError, match='includes itself'):
+        load_config(DEFAULTS, [str(tmp_path / 'b.py')])
+    (tmp_path / 'd.py').write_text("include('e.py')\n")
+    (tmp_path / 'e.py').write_text("max_itres = 3\n")
+    with pytest.raises(ConfigError, match="unknown config key 'max_itres'.*did you mean max_iters"):
+        load_config(DEFAULTS, [str(tmp_path / 'd.py')])

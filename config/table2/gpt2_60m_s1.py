@@ -1,0 +1,4 @@
+# Table 2, gpt2_60m: softmax-1 + Adam.
+include('../gpt2_60m.py')
+out_dir = 'out/table2/gpt2_60m_s1'
+attn = 'softmax1'

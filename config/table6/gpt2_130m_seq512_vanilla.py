@@ -1,0 +1,4 @@
+# Table 6: gpt2_130m trained on sequences of 512 tokens, softmax + Adam. The 256-token rows are Table 2's runs.
+include('../table2/gpt2_130m_vanilla.py')
+out_dir = 'out/table6/gpt2_130m_seq512_vanilla'
+block_size = 512
