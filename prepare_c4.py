@@ -6,6 +6,7 @@ Tokenise C4 `en` (or an offline stand-in corpus) into the flat token files that 
     python prepare_c4.py --data_files /path/to/c4/en   # local c4-train.*.json.gz / c4-validation.*.json.gz
     python prepare_c4.py --source offline              # no network: stand-in corpus -> data/offline
     python prepare_c4.py --tokenizer bytes             # or --tokenizer my_vocab.tiktoken
+    python prepare_c4.py --source bigram_backcopy      # synthetic task of the CPU miniature -> data/bigram_backcopy
     python -c "import prepare_c4; prepare_c4.load_meta('data/c4')"   # check a prepared folder
 
 Splits (paper, Sec. 5): train = the start of C4 `en` train in file order, up to and including the
@@ -43,6 +44,11 @@ the main process reads the source and writes in order.
 The offline stand-in (--source offline) is NOT C4: pydoc topics plus docstrings of the standard
 library and installed packages, read from source with `ast` (nothing is imported). It is
 deterministic for a given Python installation and meant for smoke tests without network.
+
+--source bigram_backcopy writes the synthetic Bigram-Backcopy task (see bigram_backcopy_documents;
+64 tokens, 12 triggers, 40,000 train and --val_docs documents of 256 tokens, eot 64, tokenizer
+"bigram_backcopy"): attention sinks form there in 1-3 layer models, which makes it the data of the
+CPU miniature of the paper's tables (reproduce.py --scale mini).
 """
 import argparse
 import ast
@@ -573,6 +579,45 @@ def prepare_offline(out_dir="data/offline", tokenizer="auto", max_docs=None, tra
                    {"train": (train_tokens, None), "val": (None, val_docs)}, num_proc, force)
 
 
+def bigram_backcopy_documents(n_docs, doc_len, vocab, triggers, alpha, seed):
+    """Documents of the Bigram-Backcopy task (Guo et al., 2024, "Active-dormant attention heads"): a
+    Markov chain over `vocab` tokens whose rows are Dirichlet(alpha) draws (fixed by seed), except that
+    after one of the `triggers` trigger tokens the next token copies the token before the trigger. A
+    head solving the copy has nothing to do at non-trigger positions, which is where attention sinks form
+    in 1-3 layer models. Yields int64 arrays of doc_len tokens; the first token is never a trigger."""
+    rng = np.random.default_rng(seed)
+    trans = rng.dirichlet(np.full(vocab, alpha), size=vocab)
+    cdf = np.cumsum(trans, axis=1)
+    cdf[:, -1] = 1.0
+    is_trigger = np.zeros(vocab, dtype=bool)
+    is_trigger[rng.choice(vocab, size=triggers, replace=False)] = True
+    starts = np.flatnonzero(~is_trigger)
+    for _ in range(n_docs):
+        doc = np.empty(doc_len, dtype=np.int64)
+        doc[0] = rng.choice(starts)
+        u = rng.random(doc_len)
+        for t in range(1, doc_len):
+            prev = doc[t - 1]
+            doc[t] = doc[t - 2] if is_trigger[prev] and t >= 2 else min(np.searchsorted(cdf[prev], u[t]), vocab - 1)
+        yield doc
+
+
+def prepare_bigram_backcopy(out_dir="data/bigram_backcopy", vocab=64, triggers=12, alpha=0.1, doc_len=256,
+                            train_docs=40_000, val_docs=500, seed=0, force=False) -> Path:
+    """The synthetic Bigram-Backcopy task as a prepared dataset (token ids 0..vocab-1, eot = vocab).
+    train and val are disjoint draws of the same chain (one generator, val first)."""
+    tok = Tokenizer("bigram_backcopy", vocab + 1, vocab, lambda ids: ids)
+    args = {"source": "bigram_backcopy", "vocab": vocab, "triggers": triggers, "alpha": alpha, "doc_len": doc_len,
+            "train_docs": train_docs, "val_docs": val_docs, "seed": seed}
+    docs = bigram_backcopy_documents(val_docs + train_docs, doc_len, vocab, triggers, alpha, seed)
+    description = (f"NOT C4. Synthetic Bigram-Backcopy task (Guo et al., 2024): {vocab} tokens, Dirichlet({alpha}) "
+                   f"bigram rows, {triggers} trigger tokens after which the token before the trigger is copied; "
+                   f"documents of {doc_len} tokens, seed {seed}.")
+    return prepare(out_dir, tok, args, "bigram_backcopy", description, True,
+                   lambda split: islice(docs, val_docs if split == "val" else train_docs),
+                   {"train": (None, train_docs), "val": (None, val_docs)}, 1, force)
+
+
 def count(text: str) -> int:
     """argparse type: a positive count, written 100000, 100_000 or 1e5."""
     try:
@@ -587,8 +632,9 @@ def count(text: str) -> int:
 def main(argv=None):
     p = argparse.ArgumentParser(description="Tokenise C4 en (or an offline stand-in) for train.py.",
                                 epilog="Output format: see the module docstring.")
-    p.add_argument("--source", choices=("c4", "offline"), default="c4",
-                   help="c4: C4 en from the hub or --data_files (default); offline: stand-in corpus, no network")
+    p.add_argument("--source", choices=("c4", "offline", "bigram_backcopy"), default="c4",
+                   help="c4: C4 en from the hub or --data_files (default); offline: stand-in corpus, no network; "
+                        "bigram_backcopy: the synthetic task of the CPU miniature")
     p.add_argument("--data_files", nargs="+", metavar="GLOB_OR_DIR",
                    help="local C4 shards (c4-train.*.json.gz, c4-validation.*.json.gz) instead of the hub")
     p.add_argument("--tokenizer", help="gpt2 | bytes | auto | PATH.tiktoken (default gpt2; auto for offline)")
@@ -607,7 +653,11 @@ def main(argv=None):
         p.error("--max_docs is for --source offline; use --train_tokens / --val_docs for C4")
     t0 = time.time()
     try:
-        if a.source == "offline":
+        if a.source == "bigram_backcopy":
+            if a.data_files or a.tokenizer or a.max_docs or a.train_tokens:
+                p.error("--source bigram_backcopy takes only --val_docs, --out_dir and --force")
+            out = prepare_bigram_backcopy(a.out_dir or "data/bigram_backcopy", val_docs=a.val_docs or 500, force=a.force)
+        elif a.source == "offline":
             out = prepare_offline(a.out_dir or "data/offline", a.tokenizer or "auto", a.max_docs,
                                   a.train_tokens, a.val_docs, a.num_proc, a.force)
         else:

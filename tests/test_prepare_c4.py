@@ -322,3 +322,37 @@ def test_iter_documents_streams_documents_in_order(shards, tmp_path):
     assert len(list(prepare_c4.iter_documents(out, "val", max_docs=2))) == 2
     train_docs = list(prepare_c4.iter_documents(out, "train"))
     assert bytes(train_docs[0].astype(np.uint8)).decode("utf-8") == TRAIN[0][0]
+
+
+def test_bigram_backcopy_copies_after_triggers_and_follows_its_chain(tmp_path):
+    vocab, triggers = 16, 4
+    docs = np.stack(list(prepare_c4.bigram_backcopy_documents(400, 64, vocab, triggers, 0.3, seed=5)))
+    again = np.stack(list(prepare_c4.bigram_backcopy_documents(400, 64, vocab, triggers, 0.3, seed=5)))
+    assert np.array_equal(docs, again) and docs.min() >= 0 and docs.max() < vocab
+    # the trigger set, recovered from the data alone: tokens always followed by the token before them
+    prev2, prev, nxt = docs[:, :-2].ravel(), docs[:, 1:-1].ravel(), docs[:, 2:].ravel()
+    copies = {t for t in range(vocab) if (prev == t).any() and np.all(nxt[prev == t] == prev2[prev == t])}
+    assert len(copies) == triggers
+    assert not np.isin(docs[:, 0], list(copies)).any()
+    # elsewhere the next token follows the Dirichlet rows drawn from the seed (the same draws, replayed)
+    rng = np.random.default_rng(5)
+    trans = rng.dirichlet(np.full(vocab, 0.3), size=vocab)
+    free = ~np.isin(docs[:, :-1], list(copies))
+    counts = np.zeros((vocab, vocab))
+    np.add.at(counts, (docs[:, :-1][free], docs[:, 1:][free]), 1)
+    seen = counts.sum(1) > 500
+    empirical = counts[seen] / counts[seen].sum(1, keepdims=True)
+    assert np.abs(empirical - trans[seen]).max() < 0.05
+
+
+def test_bigram_backcopy_prepares_a_dataset_in_the_documented_format(tmp_path):
+    out = prepare_c4.prepare_bigram_backcopy(tmp_path / 'bb', vocab=32, triggers=3, doc_len=40, train_docs=30, val_docs=7)
+    meta = prepare_c4.load_meta(out)
+    assert (meta['vocab_size'], meta['eot_token'], meta['tokenizer']) == (33, 32, 'bigram_backcopy')
+    assert meta['splits']['val'] == {**meta['splits']['val'], 'documents': 7, 'tokens': 7 * 41}
+    assert meta['splits']['train']['documents'] == 30 and meta['stand_in_for_c4'] is True
+    val = list(prepare_c4.iter_documents(out, 'val'))
+    expected = list(prepare_c4.bigram_backcopy_documents(37, 40, 32, 3, 0.1, 0))
+    assert all(np.array_equal(a, b) for a, b in zip(val, expected[:7]))     # val first, then train, one stream
+    train = np.fromfile(out / 'train.bin', dtype=np.uint16)
+    assert np.array_equal(train[:40], expected[7])
