@@ -15,7 +15,8 @@ tokenised with the model's vocabulary.
 
 Conventions (all metrics on the hidden state after each block's residual additions, X_m, m = 1..M):
   first token  position 0 of every document. Models whose config has a BOS token (Llama family;
-               every model type except gpt2) get it prepended, so for them position 0 is BOS.
+               every model type except gpt2) get it prepended, so for them position 0 is BOS; so do
+               ours trained with windows='document' (their BOS is the data's eot token).
   rest         every other position of the document (within the block size).
   kurtosis     raw, per position over the features d: E_d[(X-mu)^4] / E_d[(X-mu)^2]^2 (Gaussian: 3),
                averaged over first tokens resp. rest positions, per layer.
@@ -100,7 +101,7 @@ def load_model(spec: str, device: str = 'cpu', block_size: int | None = None) ->
         train_cfg = ckpt.get('config') or {}
         config = dict(ckpt['model_args'], n_params=model.num_params(), optimizer=train_cfg.get('optimizer'),
                       iter_num=ckpt.get('iter_num'), dataset=train_cfg.get('dataset'))
-        return LoadedModel(spec, model, 'ours', None, _block_size(spec, block_size, model.config.block_size),
+        return LoadedModel(spec, model, 'ours', ckpt.get('bos'), _block_size(spec, block_size, model.config.block_size),
                            model.config.vocab_size, config)
     try:
         import transformers

@@ -35,6 +35,7 @@ DEFAULTS = dict(
     wandb_log=False, wandb_project='softmax1-orthoadam', wandb_run_name='run',
     # data: data/<dataset>/{train,val}.bin + meta.json (an absolute path works too)
     dataset='c4', batch_size=32, gradient_accumulation_steps=16,   # global accumulation over all ranks
+    windows='random',   # 'random': windows start anywhere; 'document': at a document's eot (BOS), see get_batch
     # model (GPTConfig); vocab_size=0 takes it from meta.json
     n_layer=12, n_head=12, n_embd=768, block_size=256, vocab_size=0, dropout=0.0, bias=True,
     attn='softmax', norm='layernorm', pos_emb='absolute', mlp='gelu', causal_free_prefix=0,
@@ -50,6 +51,7 @@ DEFAULTS = dict(
 CHOICES = dict(
     MODEL_CHOICES,
     init_from=('scratch', 'resume', 'auto'),
+    windows=('random', 'document'),
     optimizer=('adamw', 'orthoadam', 'rmsprop', 'sgd'),
     orthoadam_rotation=('hadamard', 'haar'),
     orthoadam_axes=('all', 'residual'),
@@ -131,6 +133,26 @@ def check_tokens(x, vocab_size, where):
                             f"the data was prepared with another tokenizer (re-run prepare_c4.py or set --vocab_size)")
 
 
+_starts = {}
+
+
+def window_starts(path, meta, T):
+    """Offsets of the eot tokens of `path` that have T tokens after them: windows='document' starts every
+    window there, so position 0 is always an eot acting as BOS (GPT-2's document separator). One pass
+    over the file per process, in chunks."""
+    key = (path, T)
+    if key not in _starts:
+        data, eot, found = memmap(path, meta), meta['eot_token'], []
+        for lo in range(0, len(data), 1 << 24):
+            found.append(lo + np.flatnonzero(np.asarray(data[lo:lo + (1 << 24)]) == eot))
+        starts = np.concatenate(found)
+        _starts[key] = starts[starts < len(data) - T - 1]
+        if len(_starts[key]) == 0:
+            raise TrainingError(f"{path} has no document with {T} tokens after it for windows='document'; "
+                                f"use windows='random' or a smaller block_size")
+    return _starts[key]
+
+
 def get_batch(path, meta, cfg, iter_num, micro, device):
     """Training batch `micro` (global micro-batch index across ranks) of iteration `iter_num`. Offsets
     come from an RNG keyed by (seed, iter, micro), so the data position is a pure function of the
@@ -138,7 +160,11 @@ def get_batch(path, meta, cfg, iter_num, micro, device):
     data = memmap(path, meta)   # re-opened per batch: np.memmap holds pages otherwise
     T, B = cfg['block_size'], cfg['batch_size']
     rng = np.random.default_rng([cfg['seed'], iter_num, micro])
-    ix = rng.integers(0, len(data) - T - 1, size=B)
+    if cfg['windows'] == 'document':
+        starts = window_starts(path, meta, T)
+        ix = starts[rng.integers(0, len(starts), size=B)]
+    else:
+        ix = rng.integers(0, len(data) - T - 1, size=B)
     xy = torch.from_numpy(np.stack([data[i:i + T + 1] for i in ix]).astype(np.int64))
     check_tokens(xy, cfg['vocab_size'], f"{path} (iteration {iter_num})")
     x, y = xy[:, :-1], xy[:, 1:]
@@ -150,16 +176,18 @@ def get_batch(path, meta, cfg, iter_num, micro, device):
 @torch.no_grad()
 def evaluate(model, path, meta, cfg, rank, world, device, autocast):
     """Mean loss and perplexity on the first eval_tokens of val.bin, cut into non-overlapping windows of
-    block_size (+1 target) that are dealt round-robin to the ranks: the same tokens for every run."""
+    block_size (+1 target) that are dealt round-robin to the ranks: the same tokens for every run.
+    windows='document': the first windows that start at an eot, as in training."""
     data = memmap(path, meta)
     T, B = cfg['block_size'], cfg['batch_size']
     n_windows = max(1, min(cfg['eval_tokens'] // T, (len(data) - 1) // T))
-    mine = list(range(rank, n_windows, world))
+    offsets = window_starts(path, meta, T)[:n_windows] if cfg['windows'] == 'document' else np.arange(n_windows) * T
+    mine = list(offsets[rank::world])
     total = torch.zeros(2, dtype=torch.float64, device=device)   # (sum of losses, number of targets)
     skipped = max(cfg['causal_free_prefix'] - 1, 0)                # targets the loss ignores per window
     model.eval()
     for start in range(0, len(mine), B):
-        xy = torch.from_numpy(np.stack([data[w * T:w * T + T + 1] for w in mine[start:start + B]]).astype(np.int64))
+        xy = torch.from_numpy(np.stack([data[w:w + T + 1] for w in mine[start:start + B]]).astype(np.int64))
         check_tokens(xy, cfg['vocab_size'], path)
         xy = xy.to(device)
         with autocast:
@@ -330,6 +358,7 @@ def train(cfg):
             save_checkpoint(ckpt_path, {
                 'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
                 'model_args': model_args, 'iter_num': iter_num, 'best_val_loss': best_val_loss, 'config': cfg,
+                'bos': meta['eot_token'] if cfg['windows'] == 'document' else None,
                 'rng': states, 'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num}})
 
     log_file = open(os.path.join(cfg['out_dir'], 'log.jsonl'), 'a') if master else None

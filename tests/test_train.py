@@ -219,3 +219,26 @@ def test_wandb_offline_logging(bigram_data, tmp_path, monkeypatch):
     monkeypatch.setenv('WANDB_DIR', str(tmp_path))
     train.train(config(bigram_data, str(tmp_path / 'wb'), '--wandb_log=True', '--max_iters=2'))
     assert list(tmp_path.glob('wandb/offline-run-*'))
+
+
+def test_document_windows_start_at_eot_and_analysis_prepends_it(bigram_data, tmp_path):
+    """windows='document': every training window begins with the eot that precedes a document (a BOS), the
+    checkpoint records that token, and analyze.py prepends it to every validation document."""
+    import analyze
+    cfg = config(bigram_data, str(tmp_path / 'doc'), '--windows=document', '--max_iters=2')
+    meta, paths = train.open_data(cfg)
+    cfg_batch = dict(cfg, vocab_size=meta['vocab_size'])
+    data = np.fromfile(paths['train'], dtype=meta['dtype'])
+    for it in range(3):
+        x, y = train.get_batch(paths['train'], meta, cfg_batch, it, 0, 'cpu')
+        assert (x[:, 0] == meta['eot_token']).all()
+        for row_x, row_y in zip(x.numpy(), y.numpy()):       # a real window of the file, targets shifted by one
+            hits = [i for i in np.flatnonzero(data == meta['eot_token']) if np.array_equal(data[i:i + 32], row_x)]
+            assert hits and np.array_equal(data[hits[0] + 1:hits[0] + 33], row_y)
+    train.train(cfg)
+    lm = analyze.load_model(os.path.join(cfg['out_dir'], 'ckpt.pt'))
+    assert lm.bos == meta['eot_token']
+    idx, mask = next(analyze.val_batches(bigram_data, 2, lm.block_size, 2, lm.bos))
+    assert (idx[:, 0] == meta['eot_token']).all()
+    plain = train.train(config(bigram_data, str(tmp_path / 'rand'), '--max_iters=1'))
+    assert analyze.load_model(os.path.join(str(tmp_path / 'rand'), 'ckpt.pt')).bos is None and plain
