@@ -1,0 +1,488 @@
+"""Reproduce the paper's tables: train every row (train.py / torchrun), analyze it, quantise it, render the table.
+
+    python reproduce.py table5 table2 --scale mini --jobs 2    # the CPU miniature (Bigram-Backcopy task)
+    python reproduce.py table2 table3 --nproc 8                # paper scale: each run on 8 GPUs, one at a time
+    python reproduce.py table5 --jobs 8                        # paper scale: 8 single-GPU runs at once
+    python reproduce.py table5 --rows orthoadam sgd            # only rows whose config name contains a word
+    python reproduce.py table5 --dry_run                       # print the commands, run nothing
+    python reproduce.py table5 --render                        # tables from the results that exist
+
+Tables: table2 (main results), table3 (quantisation), table5 (ablation), table6 (sequence length). Each
+row is a config file in config/table*/ (shared settings live in the files they include); the paper's
+published numbers sit in TABLES below and are printed beside ours.
+
+Scales: `paper` runs the config files as written (C4, GPUs). `mini` and `smoke` shrink every row the
+same way, keeping each row's differences: n_layer and the number of heads are multiplied by `depth`
+and `width` (head size kept), block_size by `seq`, and a row trains `iters` iterations times its
+schedule factor (8 for the SGD rows of Table 5, as in the paper), all with warmup `warmup` x `iters`. Scale
+overrides (data, batch, evaluation) are the same for every row.
+
+Runs go to <out>/<scale>/runs/<row> (train.py's ckpt.pt, config.json, log.jsonl, plus train.out,
+analysis.json from analyze.py, quant.json from eval_quant.py, reproduce.json = the run's training
+config). A run whose results exist is skipped; an interrupted run resumes (train.py --init_from=auto).
+Rows of different tables with the same training config share one run (e.g. Table 2's 130M grid and
+Table 5's rows at a scale where their schedules coincide).
+
+Output, per table, in <out>/<scale>/: <table>.md (the table in the paper's layout, ours / paper in
+each cell pair) and <table>.json: {"table", "title", "scale", "scale_description", "columns":
+[{"name", "key", "paper": bool}], "rows": [{"config", "run_dir", "labels": [...], "ours": {key: value
+or null}, "paper": {key: value}}]}.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from configurator import ConfigError, load_config
+from prepare_c4 import duration, load_meta, prepare_bigram_backcopy, write_json
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+# ----------------------------------------------------------------------------- scales
+@dataclass
+class Scale:
+    description: str
+    depth: float = 1.0
+    width: float = 1.0
+    seq: float = 1.0
+    iters: int | None = None       # None: the config's max_iters and warmup_iters
+    warmup: float = 0.05           # warmup_iters as a fraction of iters (the same for every row)
+    overrides: dict = field(default_factory=dict)
+    max_docs: int = 100_000        # validation documents for analyze.py and eval_quant.py
+    batch_size: int = 8            # their batch size
+
+
+SCALES = {
+    'paper': Scale("the config files as written (Appendix A): C4, batch 512, the paper's step counts"),
+    'mini': Scale(
+        "CPU miniature: the Bigram-Backcopy task (data/bigram_backcopy), layers and heads / 6 (head size 64), "
+        "sequence length / 4, 3000 iterations of 32 sequences per row (SGD rows 8x), 5% warmup",
+        depth=1 / 6, width=1 / 6, seq=1 / 4, iters=3000, warmup=0.05,
+        overrides=dict(dataset='bigram_backcopy', windows='document', batch_size=32, gradient_accumulation_steps=1,
+                       compile=False, eval_tokens=32_768, device='cpu'),
+        max_docs=200, batch_size=50),
+    'smoke': Scale(
+        "seconds, for the tests: 1 layer, 1 head of 64, sequences of 16, 4 iterations",
+        depth=0.01, width=0.01, seq=1 / 16, iters=4, warmup=0.25,
+        overrides=dict(dataset='bigram_backcopy', batch_size=4, gradient_accumulation_steps=1, compile=False,
+                       eval_tokens=256, device='cpu'),
+        max_docs=8, batch_size=4),
+}
+# keys that do not change what a run computes: runs equal in everything else are one run
+NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'always_save_checkpoint', 'wandb_log',
+                'wandb_project', 'wandb_run_name', 'compile', 'device')
+
+
+def scaled_overrides(cfg, scale: Scale, steps: int):
+    """--key=value items that shrink one row's resolved config `cfg` to `scale` (nothing for paper)."""
+    out = dict(scale.overrides)
+    if scale.depth != 1 or scale.width != 1:
+        head = cfg['n_embd'] // cfg['n_head']
+        n_head = max(1, round(cfg['n_head'] * scale.width))
+        out.update(n_layer=max(1, round(cfg['n_layer'] * scale.depth)), n_head=n_head, n_embd=n_head * head)
+    if scale.seq != 1:
+        out['block_size'] = max(8, round(cfg['block_size'] * scale.seq))
+    if scale.iters is not None:
+        iters = scale.iters * steps
+        out.update(max_iters=iters, warmup_iters=round(scale.iters * scale.warmup), lr_decay_iters=0,
+                   eval_interval=iters, log_interval=max(1, iters // 10))
+    return [f'--{k}={v!r}' if isinstance(v, str) else f'--{k}={v}' for k, v in out.items()]
+
+
+# ----------------------------------------------------------------------------- tables
+@dataclass
+class Row:
+    config: str                    # config/<config>.py
+    labels: tuple                  # the row's label cells, as the paper prints them
+    paper: tuple                   # the paper's numbers, in the order of the table's paper columns
+    steps: int = 1                 # schedule factor (Table 5's SGD rows train 8x longer)
+
+
+@dataclass
+class Table:
+    title: str
+    label_names: tuple
+    columns: tuple                 # (name, source 'analysis' | 'quant', key, format, in the paper?)
+    rows: list
+
+
+def _grid(size, model, n, numbers):
+    flags = {'vanilla': ('✗', '✗'), 's1': ('✓', '✗'), 'oa': ('✗', '✓'), 's1oa': ('✓', '✓')}
+    return [Row(f'table2/{size}_{v}', (model, n) + flags[v], nums) for v, nums in numbers.items()]
+
+
+T2 = ('ppl', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'first_attn_argmax')
+Q = [('full', 'quant', 'ppl.full', '.2f', True)] + [
+    (name, 'quant', f'{part}.{scheme}', '.2f', True)
+    for scheme, label in (('coarse', 'coarse'), ('moderate', 'moderate'), ('fine', 'fine'), ('zeropoint4', '4-bit'))
+    for part, name in (('ppl', label), ('delta', 'Δ'))]
+TABLES = {
+    'table2': Table(
+        "Table 2: softmax-1 and OrthoAdam in GPT-2 and Llama-2 (E_m = mean over layers)",
+        ('Model', '#Parameters', 'Softmax+1?', 'OrthoAdam?'),
+        tuple((name, 'analysis', key, fmt, True) for name, key, fmt in zip(
+            ('PPL', 'E_m[κ_m,1]', 'E_m[κ_m,>1]', 'E_m[X_m,1,d]', 'E_m[X_m,>1,d]', '%First Attn'), T2,
+            ('.1f', '.1f', '.1f', '.1f', '.1f', '.3f'))),
+        _grid('gpt2_60m', 'GPT2', '60M', {'vanilla': (31.9, 313.8, 77.9, 1856.1, 266.6, 0.489),
+                                          's1': (31.6, 105.6, 81.4, 304.9, 259.0, 0.021),
+                                          'oa': (32.4, 260.8, 10.6, 1419.9, 114.7, 0.365),
+                                          's1oa': (31.8, 7.6, 7.0, 92.8, 87.8, 0.019)})
+        + _grid('gpt2_130m', 'GPT2', '130M', {'vanilla': (22.9, 514.9, 141.5, 7018.1, 1014.8, 0.527),
+                                              's1': (22.7, 175.4, 144.2, 1134.3, 967.5, 0.024),
+                                              'oa': (23.1, 446.4, 20.2, 4285.0, 433.4, 0.424),
+                                              's1oa': (22.8, 10.1, 7.3, 318.1, 261.6, 0.019)})
+        + _grid('gpt2_350m', 'GPT2', '350M', {'vanilla': (16.4, 820.3, 161.8, 40196.0, 3801.1, 0.579),
+                                              's1oa': (16.3, 3.1, 3.1, 388.1, 333.3, 0.021)})
+        + _grid('gpt2_1.4b', 'GPT2', '1.4B', {'vanilla': (13.4, 1656.5, 351.9, 56798.3, 7051.2, 0.648),
+                                              's1oa': (13.3, 3.1, 3.0, 181.9, 132.1, 0.033)})
+        + _grid('llama2_130m', 'Llama2', '130M', {'vanilla': (17.4, 435.0, 170.0, 4622.7, 1627.4, 0.105),
+                                                  's1': (17.2, 208.2, 181.2, 1340.4, 1229.5, 0.016),
+                                                  'oa': (17.4, 435.8, 169.5, 4685.9, 1629.1, 0.103),
+                                                  's1oa': (17.3, 4.2, 6.9, 161.1, 157.0, 0.017)})),
+    'table3': Table(
+        "Table 3: perplexity under absmax int8 (coarse / moderate / fine) and zeropoint int4 weights (Δ = quantised - full)",
+        ('Model', '#Parameters', 'OA + S1?'), tuple(Q),
+        [Row(f'table2/{size}_{v}', (model, n, '✓' if v == 's1oa' else '✗'), nums) for size, model, n, v, nums in (
+            ('gpt2_60m', 'GPT2', '60M', 'vanilla', (31.88, 43.53, 11.65, 34.87, 2.99, 32.15, 0.27, 68.5, 36.6)),
+            ('gpt2_60m', 'GPT2', '60M', 's1oa', (31.83, 32.30, 0.47, 32.18, 0.35, 31.89, 0.06, 33.9, 2.1)),
+            ('gpt2_130m', 'GPT2', '130M', 'vanilla', (22.89, 46.49, 23.60, 28.31, 5.42, 23.07, 0.18, 679.9, 657.0)),
+            ('gpt2_130m', 'GPT2', '130M', 's1oa', (22.78, 23.21, 0.43, 23.10, 0.32, 22.83, 0.05, 24.0, 1.2)),
+            ('gpt2_350m', 'GPT2', '350M', 'vanilla', (16.37, 52.49, 36.12, 19.92, 3.55, 16.50, 0.13, 118507.1, 118490.7)),
+            ('gpt2_350m', 'GPT2', '350M', 's1oa', (16.31, 16.50, 0.19, 16.46, 0.15, 16.33, 0.02, 17.1, 0.8)),
+            ('gpt2_1.4b', 'GPT2', '1.4B', 'vanilla', (13.44, 45.05, 31.61, 15.19, 1.75, 13.68, 0.24, 3577.7, 3564.3)),
+            ('gpt2_1.4b', 'GPT2', '1.4B', 's1oa', (13.33, 13.45, 0.12, 13.43, 0.10, 13.34, 0.01, 13.6, 0.2)),
+            ('llama2_130m', 'Llama2', '130M', 'vanilla', (17.39, 43.61, 26.22, 24.46, 7.07, 17.69, 0.30, 21.5, 4.1)),
+            ('llama2_130m', 'Llama2', '130M', 's1oa', (17.31, 20.85, 3.54, 20.11, 2.80, 17.38, 0.07, 19.7, 2.4)))]),
+    'table5': Table(
+        "Table 5: ablation on GPT-2 130M (Kurtosis and Max Abs. Act. are E_m over the non-first tokens; "
+        "*SGD rows train 8x longer)",
+        ('Biases', 'Position Encoding', 'Normalisation', 'Optimizer', 'Softmax+1?'),
+        (('PPL', 'analysis', 'ppl', '.1f', True), ('Kurtosis', 'analysis', 'kurtosis_rest', '.1f', True),
+         ('%First Attn', 'analysis', 'first_attn_argmax', '.3f', True),
+         ('Max Abs. Act.', 'analysis', 'max_abs_rest', '.1f', True),
+         ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False)),
+        [Row(f'table5/{name}', labels, nums, 8 if name.startswith(('09', '10')) else 1) for name, labels, nums in (
+            ('01_biases', ('✓', 'Absolute', 'LayerNorm', 'Adam', '✗'), (26.9, 291.7, 0.333, 1675.9)),
+            ('02_no_biases', ('✗', 'Absolute', 'LayerNorm', 'Adam', '✗'), (26.9, 263.7, 0.308, 1104.0)),
+            ('03_pos_none', ('✗', 'None', 'LayerNorm', 'Adam', '✗'), (27.4, 283.3, 0.197, 1478.7)),
+            ('04_pos_rotary', ('✗', 'Rotary', 'LayerNorm', 'Adam', '✗'), (25.6, 391.9, 0.336, 2577.4)),
+            ('05_softmax1', ('✗', 'Absolute', 'LayerNorm', 'Adam', '✓'), (26.5, 244.7, 0.022, 648.6)),
+            ('06_rmsnorm_m', ('✗', 'Absolute', 'RMSNorm-M', 'Adam', '✓'), (26.6, 230.4, 0.026, 628.6)),
+            ('07_rmsnorm_s', ('✗', 'Absolute', 'RMSNorm-S', 'Adam', '✓'), (26.6, 140.0, 0.020, 432.0)),
+            ('08_rmsprop', ('✗', 'Absolute', 'RMSNorm-S', 'RMSProp', '✓'), (27.4, 70.5, 0.021, 302.2)),
+            ('09_sgd_momentum', ('✗', 'Absolute', 'RMSNorm-S', 'SGD w/mom*', '✓'), (25.3, 5.0, 0.019, 17.8)),
+            ('10_sgd', ('✗', 'Absolute', 'RMSNorm-S', 'SGD w/o mom*', '✓'), (33.4, 3.2, 0.017, 13.1)),
+            ('11_orthoadam', ('✗', 'Absolute', 'RMSNorm-S', 'OrthoAdam', '✓'), (26.8, 3.0, 0.022, 43.5)),
+            ('12_orthoadam_softmax', ('✗', 'Absolute', 'RMSNorm-S', 'OrthoAdam', '✗'), (27.3, 323.0, 0.231, 726.4)),
+            ('13_orthoadam_rmsnorm_m', ('✗', 'Absolute', 'RMSNorm-M', 'OrthoAdam', '✓'), (26.7, 380.9, 0.025, 737.2)),
+            ('14_orthoadam_layernorm', ('✗', 'Absolute', 'LayerNorm', 'OrthoAdam', '✓'), (26.6, 188.4, 0.023, 514.6)))]),
+    'table6': Table(
+        "Table 6: longer training sequences (absmax int8; Δ = quantised - full)",
+        ('Model Size', 'Setup'), tuple(Q[:7]),
+        [Row(f'table2/{size}_{v}' if T == 256 else f'table6/{size}_seq{T}_{v}',
+             (f'{size.split("_")[1].upper()}-{T}', 'Vanilla' if v == 'vanilla' else 'S1+OA'), nums)
+         for size, T, v, nums in (
+            ('gpt2_60m', 256, 'vanilla', (31.88, 43.53, 11.65, 34.87, 2.99, 32.15, 0.27)),
+            ('gpt2_60m', 512, 'vanilla', (32.66, 48.55, 15.89, 37.24, 4.58, 33.07, 0.41)),
+            ('gpt2_60m', 1024, 'vanilla', (33.52, 57.68, 24.16, 38.22, 4.70, 33.80, 0.28)),
+            ('gpt2_60m', 256, 's1oa', (31.93, 32.46, 0.53, 32.32, 0.39, 32.00, 0.07)),
+            ('gpt2_60m', 512, 's1oa', (31.83, 32.30, 0.06, 32.18, 0.35, 31.89, 0.47)),
+            ('gpt2_60m', 1024, 's1oa', (32.25, 32.85, 0.60, 32.73, 0.48, 32.32, 0.07)),
+            ('gpt2_130m', 256, 'vanilla', (22.89, 46.49, 23.60, 28.31, 5.42, 23.07, 0.18)),
+            ('gpt2_130m', 512, 'vanilla', (22.80, 42.34, 19.54, 28.14, 5.34, 22.98, 0.18)),
+            ('gpt2_130m', 1024, 'vanilla', (22.93, 38.78, 15.85, 29.04, 6.11, 23.16, 0.23)),
+            ('gpt2_130m', 256, 's1oa', (22.78, 23.21, 0.43, 23.10, 0.32, 22.83, 0.05)),
+            ('gpt2_130m', 512, 's1oa', (22.73, 23.16, 0.43, 23.04, 0.31, 22.79, 0.06)),
+            ('gpt2_130m', 1024, 's1oa', (23.87, 23.28, 0.41, 23.19, 0.32, 22.94, 0.07)))]),
+}
+
+
+class SweepError(Exception):
+    """A one-line, user-facing error."""
+
+
+# ----------------------------------------------------------------------------- planning
+@dataclass
+class Run:
+    name: str                      # folder under runs/
+    config: str                    # config/<config>.py
+    overrides: list
+    cfg: dict                      # resolved training config
+    quant: bool = False            # eval_quant.py needed
+    rows: list = field(default_factory=list)   # (table, Row) pairs it serves
+
+    @property
+    def identity(self):
+        return {k: v for k, v in sorted(self.cfg.items()) if k not in NOT_IDENTITY}
+
+
+def resolve(config, overrides):
+    """The training config train.py would use for config/<config>.py and the overrides."""
+    from train import CHOICES, DEFAULTS   # imports torch: only when planning
+    path = os.path.join(ROOT, 'config', f'{config}.py')
+    try:
+        return load_config(DEFAULTS, [path] + overrides, CHOICES)
+    except ConfigError as e:
+        raise SweepError(str(e)) from None
+
+
+def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
+    """The runs the tables need, one per distinct training config, in table order."""
+    runs, by_identity = [], {}
+    for name in tables:
+        for row in TABLES[name].rows:
+            if row_filter and not any(word in row.config for word in row_filter):
+                continue
+            base = resolve(row.config, [])
+            overrides = scaled_overrides(base, scale, row.steps) + ([f'--dataset={dataset}'] if dataset else [])
+            run_name = row.config.replace('/', '-')
+            overrides.append(f'--out_dir={os.path.join(out, "runs", run_name)}')
+            run = Run(run_name, row.config, overrides, resolve(row.config, overrides))
+            key = json.dumps(run.identity, sort_keys=True, default=str)
+            run = by_identity.setdefault(key, run)
+            if run.name == run_name and run not in runs:
+                runs.append(run)
+            run.quant |= any(c[1] == 'quant' for c in TABLES[name].columns)
+            run.rows.append((name, row))
+    if not runs:
+        raise SweepError(f"--rows {' '.join(row_filter)} matches no row of {', '.join(tables)}")
+    return runs
+
+
+def data_dir(dataset):
+    return dataset if os.path.isabs(dataset) else os.path.join(ROOT, 'data', dataset)
+
+
+def ensure_data(runs, dry_run):
+    """Check every dataset the runs read; the Bigram-Backcopy task is generated when missing (seconds)."""
+    for dataset in dict.fromkeys(r.cfg['dataset'] for r in runs):
+        d = data_dir(dataset)
+        try:
+            load_meta(d)
+            continue
+        except ValueError as e:
+            problem = str(e)
+        if dataset == 'bigram_backcopy' and not os.path.exists(os.path.join(d, 'meta.json')):
+            print(f"preparing {d} (python prepare_c4.py --source bigram_backcopy)", file=sys.stderr)
+            if not dry_run:
+                prepare_bigram_backcopy(d)
+            continue
+        raise SweepError(f"{problem} (the runs read data/{dataset})")
+
+
+# ----------------------------------------------------------------------------- running
+def status(run):
+    """'done' when every result the run's rows need exists for this training config, 'todo' when some is
+    missing; SweepError when the folder holds a run of another config."""
+    d = run.cfg['out_dir']
+    saved_path = os.path.join(d, 'reproduce.json')
+    if os.path.isfile(saved_path):
+        with open(saved_path) as f:
+            saved = json.load(f).get('identity')
+        if saved != json.loads(json.dumps(run.identity, default=str)):
+            changed = sorted(k for k in set(saved) | set(run.identity) if saved.get(k) != run.identity.get(k))
+            raise SweepError(f"{d} holds a run of another config (differs in {', '.join(changed)}): delete it or "
+                             f"pass another --out")
+    need = ['analysis.json'] + (['quant.json'] if run.quant else [])
+    return 'done' if all(os.path.isfile(os.path.join(d, f)) for f in need) else 'todo'
+
+
+def commands(run, scale: Scale, nproc):
+    d = run.cfg['out_dir']
+    launcher = [sys.executable] if nproc == 1 else [sys.executable, '-m', 'torch.distributed.run', '--standalone',
+                                                    f'--nproc_per_node={nproc}']
+    ckpt, data = os.path.join(d, 'ckpt.pt'), data_dir(run.cfg['dataset'])
+    evaluation = ['--data', data, '--max_docs', str(scale.max_docs), '--batch_size', str(scale.batch_size)]
+    if 'device' in scale.overrides:
+        evaluation += ['--device', scale.overrides['device']]
+    cmds = [('train', launcher + [os.path.join(ROOT, 'train.py'), os.path.join(ROOT, 'config', f'{run.config}.py'),
+                                  *run.overrides, '--init_from=auto']),
+            ('analyze', [sys.executable, os.path.join(ROOT, 'analyze.py'), '--ckpt', ckpt, *evaluation,
+                         '--json', os.path.join(d, 'analysis.json')])]
+    if run.quant:
+        cmds.append(('quant', [sys.executable, os.path.join(ROOT, 'eval_quant.py'), '--ckpt', ckpt, *evaluation,
+                               '--json', os.path.join(d, 'quant.json')]))
+    return cmds
+
+
+def execute(run, scale, nproc, env, echo):
+    """Train, analyze and quantise one run; its output goes to <run>/train.out, and to the console if echo
+    (else the latest training progress line once a minute)."""
+    d = run.cfg['out_dir']
+    last = time.time()
+    os.makedirs(d, exist_ok=True)
+    write_json(os.path.join(d, 'reproduce.json'), {'config': run.config, 'overrides': run.overrides,
+                                                   'identity': json.loads(json.dumps(run.identity, default=str))})
+    with open(os.path.join(d, 'train.out'), 'a') as log:
+        for step, cmd in commands(run, scale, nproc):
+            if step != 'train' and os.path.isfile(cmd[-1]):
+                continue
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+            for line in proc.stdout:
+                log.write(line)
+                if echo:
+                    print(line, end='', flush=True)
+                elif line.startswith('iter ') and time.time() - last >= 60:
+                    last = time.time()
+                    print(f"  {run.name}: {line.strip()}", file=sys.stderr, flush=True)
+            if proc.wait() != 0:
+                raise SweepError(f"{run.name}: {step} failed (exit {proc.returncode}); see {os.path.join(d, 'train.out')}")
+
+
+def run_all(runs, scale, nproc, jobs):
+    todo = sorted((r for r in runs if status(r) == 'todo'), key=lambda r: -r.cfg['max_iters'])   # longest first
+    print(f"{len(runs)} runs, {len(runs) - len(todo)} done, {len(todo)} to do"
+          + (f", {jobs} at a time" if jobs > 1 and todo else ''), file=sys.stderr)
+    t0, lock, failures, finished = time.time(), threading.Lock(), [], []
+    slots = list(range(jobs))
+
+    def one(run):
+        with lock:
+            slot = slots.pop()
+        env = dict(os.environ, PYTHONUNBUFFERED='1')     # progress lines reach train.out as they are printed
+        if jobs > 1:
+            if run.cfg['device'].startswith('cuda') or (run.cfg['device'] == 'auto' and _cuda()):
+                env['CUDA_VISIBLE_DEVICES'] = ','.join(str(slot * nproc + i) for i in range(nproc))
+            else:
+                env['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // jobs))
+        try:
+            t = time.time()
+            print(f"[start] {run.name} -> {run.cfg['out_dir']}", file=sys.stderr, flush=True)
+            execute(run, scale, nproc, env, echo=jobs == 1)
+            with lock:
+                finished.append(run)
+                done, left = len(finished), len(todo) - len(finished) - len(failures)
+                eta = (time.time() - t0) / done * left
+                print(f"[done {done}/{len(todo)}] {run.name} in {duration(time.time() - t)}; "
+                      f"elapsed {duration(time.time() - t0)}, ETA {duration(eta)}", file=sys.stderr, flush=True)
+        except SweepError as e:
+            with lock:
+                failures.append(str(e))
+            print(f"[failed] {e}", file=sys.stderr, flush=True)
+        finally:
+            with lock:
+                slots.append(slot)
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        list(pool.map(one, todo))
+    return failures
+
+
+def _cuda():
+    import torch
+    return torch.cuda.is_available()
+
+
+# ----------------------------------------------------------------------------- rendering
+def _get(results, key):
+    for part in key.split('.'):
+        results = results.get(part) if isinstance(results, dict) else None
+    return results
+
+
+def read_results(run_dir):
+    out = {}
+    for source, name in (('analysis', 'analysis.json'), ('quant', 'quant.json')):
+        path = os.path.join(run_dir, name)
+        if os.path.isfile(path):
+            with open(path) as f:
+                data = json.load(f)
+            out[source] = data['models'][0] if source == 'quant' else data
+    return out
+
+
+def _cell(value, fmt):
+    return '–' if value is None else format(value, fmt)
+
+
+def render(name, runs, scale_name, scale: Scale):
+    """(markdown, json) of one table from the results in the runs' folders."""
+    table = TABLES[name]
+    header = list(table.label_names)
+    for col, _, _, _, paper in table.columns:
+        header += [f'{col}', f'{col} (paper)'] if paper else [col]
+    lines, rows = [], []
+    for run in runs:
+        results = read_results(run.cfg['out_dir'])
+        for tname, row in run.rows:
+            if tname != name:
+                continue
+            ours = {key: _get(results.get(source, {}), key) for _, source, key, _, _ in table.columns}
+            paper = dict(zip([c[2] for c in table.columns if c[4]], row.paper))
+            cells = list(row.labels)
+            for col, _, key, fmt, in_paper in table.columns:
+                cells.append(_cell(ours[key], fmt))
+                if in_paper:
+                    cells.append(_cell(paper[key], fmt))
+            lines.append(cells)
+            rows.append({'config': f'config/{row.config}.py', 'run_dir': run.cfg['out_dir'], 'labels': list(row.labels),
+                         'ours': ours, 'paper': paper})
+    md = [f'**{table.title}** — scale `{scale_name}`: {scale.description}.', '',
+          '| ' + ' | '.join(header) + ' |', '|' + '|'.join(' --- ' for _ in header) + '|']
+    md += ['| ' + ' | '.join(c) + ' |' for c in lines]
+    doc = {'table': name, 'title': table.title, 'scale': scale_name, 'scale_description': scale.description,
+           'columns': [{'name': c[0], 'key': c[2], 'paper': c[4]} for c in table.columns], 'rows': rows}
+    return '\n'.join(md), doc
+
+
+# ----------------------------------------------------------------------------- command line
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument('tables', nargs='+', choices=sorted(TABLES), metavar='TABLE',
+                   help=f"one or more of {', '.join(sorted(TABLES))}")
+    p.add_argument('--scale', default='paper', choices=sorted(SCALES), help='paper (default), mini (CPU), smoke (tests)')
+    p.add_argument('--rows', nargs='+', default=[], metavar='WORD', help='only rows whose config name contains a WORD')
+    p.add_argument('--nproc', type=int, default=1, help='processes (GPUs) per training run, through torchrun')
+    p.add_argument('--jobs', type=int, default=1, help='runs at once (CUDA: each gets its own --nproc GPUs)')
+    p.add_argument('--out', default=os.path.join('out', 'reproduce'), help='results root (default out/reproduce)')
+    p.add_argument('--dataset', help='train and evaluate every row on this prepared folder (overrides the scale)')
+    p.add_argument('--iters', type=int, help="iterations per row (x the row's schedule factor) instead of the scale's")
+    p.add_argument('--dry_run', action='store_true', help='print the commands of the runs to do; run nothing')
+    p.add_argument('--render', action='store_true', help='render the tables from existing results; run nothing')
+    args = p.parse_args(argv)
+    if args.nproc < 1 or args.jobs < 1:
+        p.error('--nproc and --jobs must be >= 1')
+    scale = SCALES[args.scale]
+    if args.iters is not None:
+        if args.iters < 1:
+            p.error('--iters must be >= 1')
+        scale = replace(scale, iters=args.iters, description=f"{scale.description}; --iters {args.iters}")
+    out = os.path.join(os.path.abspath(args.out), args.scale)
+    t0 = time.time()
+    try:
+        runs = plan(args.tables, scale, out, args.rows, args.dataset)
+        if args.dry_run:
+            for run in runs:
+                state = status(run)
+                for step, cmd in commands(run, scale, args.nproc):
+                    print(f"# {run.name} ({state}) {step}\n{' '.join(cmd)}")
+            return
+        failures = []
+        if not args.render:
+            ensure_data(runs, args.dry_run)
+            failures = run_all(runs, scale, args.nproc, args.jobs)
+        for name in args.tables:
+            md, doc = render(name, runs, args.scale, scale)
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, f'{name}.md'), 'w') as f:
+                f.write(md + '\n')
+            write_json(os.path.join(out, f'{name}.json'), doc, indent=1)
+            print(md + '\n')
+        print(f"wrote {', '.join(os.path.join(out, n) + '.{md,json}' for n in args.tables)} "
+              f"in {duration(time.time() - t0)}", file=sys.stderr)
+        if failures:
+            sys.exit(f"reproduce.py: error: {len(failures)} run(s) failed: " + '; '.join(failures))
+    except SweepError as e:
+        sys.exit(f'reproduce.py: error: {e}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,166 @@
+"""reproduce.py: the table configs state the paper's settings, scales keep every row's differences, and a
+smoke-scale sweep trains, analyses, quantises, renders and skips finished runs."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import reproduce
+from conftest import ROOT
+from prepare_c4 import prepare_bigram_backcopy
+
+# the paper's words for our config values (Table 5's label columns)
+NORM = {'layernorm': 'LayerNorm', 'rmsnorm': 'RMSNorm-M', 'rmsnorm_single': 'RMSNorm-S'}
+POS = {'absolute': 'Absolute', 'rotary': 'Rotary', 'none': 'None'}
+# Appendix A: (warmup, steps) per size; the ablation trains 130M for 40k steps with 2000 warmup
+SCHEDULE = {'gpt2_60m': (1000, 160_000), 'gpt2_130m': (2000, 320_000), 'gpt2_350m': (6000, 960_000),
+            'gpt2_1.4b': (10_000, 600_000), 'llama2_130m': (2000, 320_000)}
+
+
+def paper(config):
+    return reproduce.resolve(config, [])
+
+
+def optimizer_label(cfg):
+    if cfg['optimizer'] == 'sgd':
+        return 'SGD w/mom*' if cfg['momentum'] > 0 else 'SGD w/o mom*'
+    assert cfg['optimizer'] != 'rmsprop' or cfg['momentum'] == 0    # RMSProp = Adam with beta1 = 0
+    return {'adamw': 'Adam', 'rmsprop': 'RMSProp', 'orthoadam': 'OrthoAdam'}[cfg['optimizer']]
+
+
+def test_table5_configs_match_the_papers_row_labels_and_schedule():
+    rows = reproduce.TABLES['table5'].rows
+    assert len(rows) == 14
+    for row in rows:
+        cfg = paper(row.config)
+        labels = ('✓' if cfg['bias'] else '✗', POS[cfg['pos_emb']], NORM[cfg['norm']], optimizer_label(cfg),
+                  '✓' if cfg['attn'] == 'softmax1' else '✗')
+        assert labels == row.labels, row.config
+        sgd = cfg['optimizer'] == 'sgd'
+        assert (cfg['warmup_iters'], cfg['max_iters']) == (2000, 40_000 * (8 if sgd else 1)) == (2000, 40_000 * row.steps)
+        assert cfg['learning_rate'] == (0.2 if sgd else 1e-3)
+        assert (cfg['n_layer'], cfg['n_head'], cfg['n_embd'], cfg['block_size']) == (12, 12, 768, 256)
+        assert cfg['batch_size'] * cfg['gradient_accumulation_steps'] == 512 and cfg['weight_decay'] == 0
+
+
+@pytest.mark.parametrize('table', ['table2', 'table3', 'table6'])
+def test_table2_3_6_configs_have_the_flags_sizes_and_schedules_of_appendix_a(table):
+    for row in reproduce.TABLES[table].rows:
+        cfg = paper(row.config)
+        name = row.config.split('/')[1]
+        size = name.split('_seq')[0] if '_seq' in name else name.rsplit('_', 1)[0]
+        variant = row.config.rsplit('_', 1)[1]
+        assert cfg['attn'] == ('softmax1' if variant in ('s1', 's1oa') else 'softmax'), row.config
+        assert cfg['optimizer'] == ('orthoadam' if variant in ('oa', 's1oa') else 'adamw'), row.config
+        assert (cfg['warmup_iters'], cfg['max_iters']) == SCHEDULE[size]
+        assert cfg['batch_size'] * cfg['gradient_accumulation_steps'] == 512 and cfg['learning_rate'] == 1e-3
+        seq = int(row.config.split('_seq')[1].split('_')[0]) if '_seq' in row.config else 256
+        assert cfg['block_size'] == seq
+        llama = size.startswith('llama')
+        assert (cfg['norm'], cfg['pos_emb'], cfg['mlp']) == (
+            ('rmsnorm', 'rotary', 'swiglu') if llama else ('rmsnorm_single', 'absolute', 'gelu'))
+        assert not cfg['bias']
+
+
+def differing(a, b, ignore=('out_dir', 'eval_interval', 'log_interval')):
+    return {k for k in a if a[k] != b[k] and k not in ignore}
+
+
+@pytest.mark.parametrize('scale', ['mini', 'smoke'])
+def test_scales_keep_every_rows_differences(scale, tmp_path):
+    runs = reproduce.plan(['table5'], reproduce.SCALES[scale], str(tmp_path))
+    shrunk = {r.config: r.cfg for r in runs}
+    full = {r.config: paper(r.config) for r in runs}
+    base = 'table5/02_no_biases'
+    for config in shrunk:
+        expected = differing(full[config], full[base])
+        assert differing(shrunk[config], shrunk[base]) == expected, config
+    s = reproduce.SCALES[scale]
+    assert shrunk['table5/10_sgd']['max_iters'] == 8 * shrunk[base]['max_iters'] == 8 * s.iters
+    assert shrunk[base]['n_embd'] // shrunk[base]['n_head'] == 64            # head size kept
+
+
+def test_rows_with_one_training_config_share_a_run(tmp_path):
+    """At mini scale Table 2's 130M softmax-1 / OrthoAdam rows train exactly what Table 5's rows 7, 11, 12 do."""
+    runs = reproduce.plan(['table5', 'table2'], reproduce.SCALES['mini'], str(tmp_path), ['table5', 'gpt2_130m'])
+    assert len(runs) == 15
+    shared = {r.name: sorted(row.config for _, row in r.rows) for r in runs if len(r.rows) > 1}
+    assert shared == {'table5-07_rmsnorm_s': ['table2/gpt2_130m_s1', 'table5/07_rmsnorm_s'],
+                      'table5-11_orthoadam': ['table2/gpt2_130m_s1oa', 'table5/11_orthoadam'],
+                      'table5-12_orthoadam_softmax': ['table2/gpt2_130m_oa', 'table5/12_orthoadam_softmax']}
+    paper_runs = reproduce.plan(['table5', 'table2'], reproduce.SCALES['paper'], str(tmp_path), ['table5', 'gpt2_130m'])
+    assert len(paper_runs) == 18                      # 320k vs 40k steps: nothing shared at paper scale
+
+
+@pytest.fixture(scope='module')
+def bb(tmp_path_factory):
+    return str(prepare_bigram_backcopy(tmp_path_factory.mktemp('bb') / 'bb', train_docs=200, val_docs=20, doc_len=64))
+
+
+def sweep(*args):
+    return subprocess.run([sys.executable, 'reproduce.py', *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_smoke_sweep_trains_analyses_quantises_renders_and_skips_finished_runs(bb, tmp_path):
+    out = str(tmp_path / 'out')
+    args = ['table3', 'table5', '--scale', 'smoke', '--rows', '01_biases', 'gpt2_130m_s1oa',
+            '--dataset', bb, '--out', out, '--jobs', '2']
+    r = sweep(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = os.path.join(out, 'smoke', 'runs')
+    assert sorted(os.listdir(runs)) == ['table2-gpt2_130m_s1oa', 'table5-01_biases']
+    for name in os.listdir(runs):
+        assert os.path.isfile(os.path.join(runs, name, 'analysis.json'))
+    assert os.path.isfile(os.path.join(runs, 'table2-gpt2_130m_s1oa', 'quant.json'))
+    assert not os.path.exists(os.path.join(runs, 'table5-01_biases', 'quant.json'))   # Table 5 needs no quantisation
+
+    doc = json.load(open(os.path.join(out, 'smoke', 'table5.json')))
+    (row,) = doc['rows']
+    analysis = json.load(open(os.path.join(runs, 'table5-01_biases', 'analysis.json')))
+    assert row['ours']['kurtosis_rest'] == analysis['kurtosis_rest'] and row['ours']['ppl'] == analysis['ppl']
+    assert row['paper'] == {'ppl': 26.9, 'kurtosis_rest': 291.7, 'first_attn_argmax': 0.333, 'max_abs_rest': 1675.9}
+    assert analysis['config']['bias'] is True and analysis['config']['norm'] == 'layernorm'
+    md = open(os.path.join(out, 'smoke', 'table5.md')).read()
+    assert '| ✓ | Absolute | LayerNorm | Adam | ✗ |' in md and '| 291.7 |' in md and 'Kurtosis (paper)' in md
+    quant = json.load(open(os.path.join(out, 'smoke', 'table3.json')))['rows'][0]
+    q = json.load(open(os.path.join(runs, 'table2-gpt2_130m_s1oa', 'quant.json')))['models'][0]
+    assert quant['ours']['delta.coarse'] == q['delta']['coarse'] and quant['paper']['ppl.full'] == 22.78
+
+    ckpt = os.path.join(runs, 'table5-01_biases', 'ckpt.pt')
+    mtime = os.path.getmtime(ckpt)
+    again = sweep(*args)
+    assert again.returncode == 0 and '2 runs, 2 done, 0 to do' in again.stderr
+    assert os.path.getmtime(ckpt) == mtime
+
+
+def test_a_changed_row_config_is_a_one_line_error_not_a_silent_reuse(bb, tmp_path):
+    out = str(tmp_path / 'out')
+    run = reproduce.plan(['table5'], reproduce.SCALES['smoke'], os.path.join(out, 'smoke'), ['01_biases'], bb)[0]
+    os.makedirs(run.cfg['out_dir'])
+    identity = dict(json.loads(json.dumps(run.identity, default=str)), learning_rate=0.5)
+    with open(os.path.join(run.cfg['out_dir'], 'reproduce.json'), 'w') as f:
+        json.dump({'identity': identity}, f)
+    r = sweep('table5', '--scale', 'smoke', '--rows', '01_biases', '--dataset', bb, '--out', out)
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith('reproduce.py: error: ')
+    assert 'differs in learning_rate' in r.stderr
+
+
+def test_dry_run_prints_torchrun_commands_and_unknown_rows_are_errors(tmp_path):
+    r = sweep('table2', '--rows', 'gpt2_1.4b', '--nproc', '8', '--dry_run', '--out', str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count('torch.distributed.run --standalone --nproc_per_node=8') == 2
+    assert 'config/table2/gpt2_1.4b_s1oa.py' in r.stdout and '--init_from=auto' in r.stdout
+    bad = sweep('table5', '--rows', 'nonesuch', '--dry_run', '--out', str(tmp_path))
+    assert bad.returncode == 1 and 'matches no row' in bad.stderr
+
+
+def test_iters_override_keeps_the_sgd_rows_factor(tmp_path):
+    r = sweep('table5', '--rows', '10_sgd', '02_no', '--scale', 'mini', '--iters', '40', '--dry_run', '--out', str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    (sgd,) = [line for line in r.stdout.splitlines() if 'table5/10_sgd.py' in line]
+    (adam,) = [line for line in r.stdout.splitlines() if 'table5/02_no_biases.py' in line]
+    assert '--max_iters=320 ' in sgd and '--max_iters=40 ' in adam
+    assert '--warmup_iters=2 ' in sgd and '--warmup_iters=2 ' in adam      # the same warmup for every row
