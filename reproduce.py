@@ -29,6 +29,7 @@ each cell pair) and <table>.json: {"table", "title", "scale", "scale_description
 or null}, "paper": {key: value}}]}.
 """
 import argparse
+import glob
 import json
 import os
 import subprocess
@@ -232,9 +233,26 @@ def resolve(config, overrides):
         raise SweepError(str(e)) from None
 
 
+def identity_key(identity):
+    return json.dumps(identity, sort_keys=True, default=str)
+
+
+def existing_runs(out):
+    """{folder: identity key} of the runs already under <out>/runs (of any table)."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(out, 'runs', '*', 'reproduce.json'))):
+        try:
+            with open(path) as f:
+                found[os.path.dirname(path)] = identity_key(json.load(f)['identity'])
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
+
+
 def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
-    """The runs the tables need, one per distinct training config, in table order."""
-    runs, by_identity = [], {}
+    """The runs the tables need, one per distinct training config, in table order. A row whose training
+    config matches a run already in <out>/runs (trained for another table) uses that run."""
+    runs, by_identity, existing = [], {}, existing_runs(out)
     for name in tables:
         for row in TABLES[name].rows:
             if row_filter and not any(word in row.config for word in row_filter):
@@ -242,11 +260,16 @@ def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
             base = resolve(row.config, [])
             overrides = scaled_overrides(base, scale, row.steps) + ([f'--dataset={dataset}'] if dataset else [])
             run_name = row.config.replace('/', '-')
-            overrides.append(f'--out_dir={os.path.join(out, "runs", run_name)}')
-            run = Run(run_name, row.config, overrides, resolve(row.config, overrides))
-            key = json.dumps(run.identity, sort_keys=True, default=str)
+            run = Run(run_name, row.config, overrides, resolve(row.config, overrides + [f'--out_dir={out}']))
+            key = identity_key(run.identity)
+            if key not in by_identity:
+                own = os.path.join(out, 'runs', run_name)
+                folder = own if existing.get(own) == key else next((f for f, k in existing.items() if k == key), own)
+                run.name = os.path.basename(folder)
+                run.overrides.append(f'--out_dir={folder}')
+                run.cfg['out_dir'] = folder
             run = by_identity.setdefault(key, run)
-            if run.name == run_name and run not in runs:
+            if not any(r is run for r in runs):
                 runs.append(run)
             run.quant |= any(c[1] == 'quant' for c in TABLES[name].columns)
             run.rows.append((name, row))
@@ -342,6 +365,7 @@ def run_all(runs, scale, nproc, jobs):
     print(f"{len(runs)} runs, {len(runs) - len(todo)} done, {len(todo)} to do"
           + (f", {jobs} at a time" if jobs > 1 and todo else ''), file=sys.stderr)
     t0, lock, failures, finished = time.time(), threading.Lock(), [], []
+    total_iters = sum(r.cfg['max_iters'] for r in todo)     # the ETA weighs runs by their iterations
     slots = list(range(jobs))
 
     def one(run):
@@ -359,8 +383,8 @@ def run_all(runs, scale, nproc, jobs):
             execute(run, scale, nproc, env, echo=jobs == 1)
             with lock:
                 finished.append(run)
-                done, left = len(finished), len(todo) - len(finished) - len(failures)
-                eta = (time.time() - t0) / done * left
+                done, done_iters = len(finished), sum(r.cfg['max_iters'] for r in finished)
+                eta = (time.time() - t0) * (total_iters - done_iters) / done_iters
                 print(f"[done {done}/{len(todo)}] {run.name} in {duration(time.time() - t)}; "
                       f"elapsed {duration(time.time() - t0)}, ETA {duration(eta)}", file=sys.stderr, flush=True)
         except SweepError as e:
@@ -410,21 +434,22 @@ def render(name, runs, scale_name, scale: Scale):
     for col, _, _, _, paper in table.columns:
         header += [f'{col}', f'{col} (paper)'] if paper else [col]
     lines, rows = [], []
-    for run in runs:
+    run_of = {row.config: run for run in runs for tname, row in run.rows if tname == name}
+    for row in table.rows:                                 # the paper's row order
+        if row.config not in run_of:
+            continue
+        run = run_of[row.config]
         results = read_results(run.cfg['out_dir'])
-        for tname, row in run.rows:
-            if tname != name:
-                continue
-            ours = {key: _get(results.get(source, {}), key) for _, source, key, _, _ in table.columns}
-            paper = dict(zip([c[2] for c in table.columns if c[4]], row.paper))
-            cells = list(row.labels)
-            for col, _, key, fmt, in_paper in table.columns:
-                cells.append(_cell(ours[key], fmt))
-                if in_paper:
-                    cells.append(_cell(paper[key], fmt))
-            lines.append(cells)
-            rows.append({'config': f'config/{row.config}.py', 'run_dir': run.cfg['out_dir'], 'labels': list(row.labels),
-                         'ours': ours, 'paper': paper})
+        ours = {key: _get(results.get(source, {}), key) for _, source, key, _, _ in table.columns}
+        paper = dict(zip([c[2] for c in table.columns if c[4]], row.paper))
+        cells = list(row.labels)
+        for col, _, key, fmt, in_paper in table.columns:
+            cells.append(_cell(ours[key], fmt))
+            if in_paper:
+                cells.append(_cell(paper[key], fmt))
+        lines.append(cells)
+        rows.append({'config': f'config/{row.config}.py', 'run_dir': run.cfg['out_dir'], 'labels': list(row.labels),
+                     'ours': ours, 'paper': paper})
     md = [f'**{table.title}** — scale `{scale_name}`: {scale.description}.', '',
           '| ' + ' | '.join(header) + ' |', '|' + '|'.join(' --- ' for _ in header) + '|']
     md += ['| ' + ' | '.join(c) + ' |' for c in lines]

@@ -129,6 +129,10 @@ def test_smoke_sweep_trains_analyses_quantises_renders_and_skips_finished_runs(b
     q = json.load(open(os.path.join(runs, 'table2-gpt2_130m_s1oa', 'quant.json')))['models'][0]
     assert quant['ours']['delta.coarse'] == q['delta']['coarse'] and quant['paper']['ppl.full'] == 22.78
 
+    # a later sweep of another table finds the run that trained the same config (Table 5's row 11 at this scale)
+    (shared,) = reproduce.plan(['table5'], reproduce.SCALES['smoke'], os.path.join(out, 'smoke'), ['11_orthoadam'], bb)
+    assert shared.name == 'table2-gpt2_130m_s1oa' and reproduce.status(shared) == 'done'
+
     ckpt = os.path.join(runs, 'table5-01_biases', 'ckpt.pt')
     mtime = os.path.getmtime(ckpt)
     again = sweep(*args)
