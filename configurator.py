@@ -6,8 +6,8 @@
 Config files are Python files whose top-level assignments set keys (names starting with '_' and
 imported modules are ignored, so a file may compute values). A file may call include('base.py'),
 relative to its own folder, to start from another file's settings and state only its differences.
-Several files may be given; later ones win, then the overrides. Every key must exist in the defaults (unknown keys are errors that suggest
-the closest known keys), every value must have the default's type (an int is accepted for a float;
+Several files may be given; later ones win, then the overrides. Every key must exist in the defaults
+(unknown keys are errors that suggest the closest known keys), every value must have the default's type (an int is accepted for a float;
 a key whose default is None accepts anything) and keys with choices must take one of them.
 """
 import ast

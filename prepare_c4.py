@@ -464,14 +464,19 @@ def load_meta(data_dir) -> dict:
     return meta
 
 
+def eot_offsets(data, eot, chunk_tokens=1 << 22) -> Iterator[np.ndarray]:
+    """Offsets of the eot tokens of a token array (e.g. a memmap), in order: one array per chunk read."""
+    for lo in range(0, len(data), chunk_tokens):
+        yield lo + np.flatnonzero(np.asarray(data[lo:lo + chunk_tokens]) == eot)
+
+
 def iter_documents(data_dir, split="val", max_docs=None, chunk_tokens=1 << 22) -> Iterator[np.ndarray]:
     """Yield the documents of a prepared split in order, each as an int64 array of token ids without its
     end-of-text token. Streams the memmap in chunks: memory does not grow with the number of documents."""
     meta = load_meta(data_dir)
     data = np.memmap(Path(data_dir) / f"{split}.bin", dtype=meta["dtype"], mode="r")
-    eot, start, done = meta["eot_token"], 0, 0
-    for lo in range(0, len(data), chunk_tokens):
-        cuts = lo + np.flatnonzero(np.asarray(data[lo:lo + chunk_tokens]) == eot)
+    start, done = 0, 0
+    for cuts in eot_offsets(data, meta["eot_token"], chunk_tokens):
         for cut in cuts:
             if max_docs is not None and done >= max_docs:
                 return

@@ -220,7 +220,8 @@ class Run:
 
     @property
     def identity(self):
-        return {k: v for k, v in sorted(self.cfg.items()) if k not in NOT_IDENTITY}
+        """The training config without NOT_IDENTITY keys, as JSON would store it (tuples as lists)."""
+        return json.loads(json.dumps({k: v for k, v in self.cfg.items() if k not in NOT_IDENTITY}, default=str))
 
 
 def resolve(config, overrides):
@@ -234,7 +235,7 @@ def resolve(config, overrides):
 
 
 def identity_key(identity):
-    return json.dumps(identity, sort_keys=True, default=str)
+    return json.dumps(identity, sort_keys=True)
 
 
 def existing_runs(out):
@@ -260,7 +261,7 @@ def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
             base = resolve(row.config, [])
             overrides = scaled_overrides(base, scale, row.steps) + ([f'--dataset={dataset}'] if dataset else [])
             run_name = row.config.replace('/', '-')
-            run = Run(run_name, row.config, overrides, resolve(row.config, overrides + [f'--out_dir={out}']))
+            run = Run(run_name, row.config, overrides, resolve(row.config, overrides))
             key = identity_key(run.identity)
             if key not in by_identity:
                 own = os.path.join(out, 'runs', run_name)
@@ -282,7 +283,7 @@ def data_dir(dataset):
     return dataset if os.path.isabs(dataset) else os.path.join(ROOT, 'data', dataset)
 
 
-def ensure_data(runs, dry_run):
+def ensure_data(runs):
     """Check every dataset the runs read; the Bigram-Backcopy task is generated when missing (seconds)."""
     for dataset in dict.fromkeys(r.cfg['dataset'] for r in runs):
         d = data_dir(dataset)
@@ -293,8 +294,7 @@ def ensure_data(runs, dry_run):
             problem = str(e)
         if dataset == 'bigram_backcopy' and not os.path.exists(os.path.join(d, 'meta.json')):
             print(f"preparing {d} (python prepare_c4.py --source bigram_backcopy)", file=sys.stderr)
-            if not dry_run:
-                prepare_bigram_backcopy(d)
+            prepare_bigram_backcopy(d)
             continue
         raise SweepError(f"{problem} (the runs read data/{dataset})")
 
@@ -308,7 +308,7 @@ def status(run):
     if os.path.isfile(saved_path):
         with open(saved_path) as f:
             saved = json.load(f).get('identity')
-        if saved != json.loads(json.dumps(run.identity, default=str)):
+        if saved != run.identity:
             changed = sorted(k for k in set(saved) | set(run.identity) if saved.get(k) != run.identity.get(k))
             raise SweepError(f"{d} holds a run of another config (differs in {', '.join(changed)}): delete it or "
                              f"pass another --out")
@@ -341,7 +341,7 @@ def execute(run, scale, nproc, env, echo):
     last = time.time()
     os.makedirs(d, exist_ok=True)
     write_json(os.path.join(d, 'reproduce.json'), {'config': run.config, 'overrides': run.overrides,
-                                                   'identity': json.loads(json.dumps(run.identity, default=str))})
+                                                   'identity': run.identity})
     with open(os.path.join(d, 'train.out'), 'a') as log:
         for step, cmd in commands(run, scale, nproc):
             if step != 'train' and os.path.isfile(cmd[-1]):
@@ -492,7 +492,7 @@ def main(argv=None):
             return
         failures = []
         if not args.render:
-            ensure_data(runs, args.dry_run)
+            ensure_data(runs)
             failures = run_all(runs, scale, args.nproc, args.jobs)
         for name in args.tables:
             md, doc = render(name, runs, args.scale, scale)

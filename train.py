@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from configurator import ConfigError, load_config, save_config
 from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig
 from orthoadam import OrthoAdam
-from prepare_c4 import duration, load_meta
+from prepare_c4 import duration, eot_offsets, load_meta
 
 DEFAULTS = dict(
     # I/O
@@ -142,10 +142,8 @@ def window_starts(path, meta, T):
     over the file per process, in chunks."""
     key = (path, T)
     if key not in _starts:
-        data, eot, found = memmap(path, meta), meta['eot_token'], []
-        for lo in range(0, len(data), 1 << 24):
-            found.append(lo + np.flatnonzero(np.asarray(data[lo:lo + (1 << 24)]) == eot))
-        starts = np.concatenate(found)
+        data = memmap(path, meta)
+        starts = np.concatenate(list(eot_offsets(data, meta['eot_token'], 1 << 24)))
         _starts[key] = starts[starts < len(data) - T - 1]
         if len(_starts[key]) == 0:
             raise TrainingError(f"{path} has no document with {T} tokens after it for windows='document'; "
