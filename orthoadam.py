@@ -9,8 +9,9 @@ Q is never materialised: it is the Kronecker product of one small factor per rot
 
 Options (per param group, like lr):
   rotation  'hadamard' (default): per axis of size n = 2^k·m (m odd), Q_axis = (H_{2^k}/sqrt(2^k) ⊗ R_m)·diag(s)
-            with random signs s and a Haar-random R_m. H_{2^k} is applied as Sylvester blocks of at most
-            HADAMARD_BLOCK, shared by all parameters. Extra memory: n signs + m² floats per axis
+            with random signs s and a Haar-random R_m, applied in as few matmul passes as `axis_blocks` finds:
+            Sylvester blocks of at most HADAMARD_BLOCK shared by all parameters, and H_{2^j} ⊗ R_m as one dense
+            block per parameter (768 = 32·24: two passes). Extra memory: n signs + (2^j·m)² floats per axis
             (a large odd m, e.g. a prime vocabulary size, makes R_m big: skip that axis).
             'haar': a dense Haar-random n×n factor per axis. Extra memory n² floats per axis
             (a 3072 axis: 36 MiB) and an O(n³) QR at the first step; fine for small models only.
@@ -23,6 +24,13 @@ rotated axes are kept in the optimizer state, so a resumed run keeps its Q whate
 Moments and rotations are fp32 (bf16 grads are upcast; TF32 is off for CUDA matmuls inside step()),
 so the state is AdamW's (step, exp_avg, exp_avg_sq) plus q_seed and rotated_axes, and the factors.
 
+Speed: the same-shaped parameters of a group are rotated as one stack (each member with its own Q; one
+matmul per pass for all of them, at most BUCKET_NUMEL elements per stack), a parameter bigger than that
+whose axis 0 is unrotated (the token embedding) in blocks of rows; each pass is one matmul on a view,
+signs are applied while stacking and while adding to p, and the moment update is torch's fused Adam
+kernel on CPU and CUDA. Workspace: two fp32 buffers the size of the largest stack, handed back to the
+CUDA caching allocator after each step and kept between steps on CPU.
+
 Usage:
     opt = OrthoAdam(model.named_parameters(), lr=1e-3, weight_decay=0.1)
     loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
@@ -34,37 +42,66 @@ import re
 import torch
 
 HADAMARD_BLOCK = 64  # largest Sylvester block applied in one matmul: smaller blocks, fewer FLOPs per pass
-CPU_SLICE = 1 << 20  # CPU: multi-pass rotations of a tensor whose axis 0 is unrotated go in slices this big
+MERGE_LIMIT = 256  # largest dense block H_{2^j} ⊗ R_m holding an axis' odd factor m (a larger m stands alone)
+BUCKET_NUMEL = 1 << 24  # same-shaped parameters are rotated as one stack of at most this many elements
+FUSED_ADAM_DEVICES = ("cpu", "cuda")  # devices where torch._fused_adam_ does the moment update in one kernel
 ROTATIONS = ("hadamard", "haar", "identity")
 AXES = ("all", "residual", "none")
 
 
-def rotate(x, factors, transpose=False):
-    """Return Q x (or Qᵀ x) for Q = ⊗_axis Q_axis. factors[axis] is None (identity) or (signs, mats):
-    Q_axis = (mats[0] ⊗ mats[1] ⊗ ...) · diag(signs), each mat acting on one sub-axis of the axis."""
-    rows = CPU_SLICE // max(1, math.prod(x.shape[1:]))
-    passes = sum(len(f[1]) for f in factors if f is not None)
-    if x.device.type == "cpu" and passes > 1 and factors[0] is None and 0 < rows < x.size(0):
-        # rows are rotated independently: several passes over a cache-sized slice beat several passes over
-        # the whole tensor (~2x for the 50k x 768 embedding); one dense pass is faster unsliced
-        return torch.cat([rotate(part, factors, transpose) for part in x.split(rows)])
-    shape = x.shape
+def rotate(x, factors, transpose=False, spare=None, signs=True):
+    """Q x (or Qᵀ x) for a stack x [P, *shape] of P same-shaped tensors, each with its own Q = ⊗_axis Q_axis.
+
+    factors[axis] is None (identity) or (signs, mats) with Q_axis = (mats[0] ⊗ mats[1] ⊗ ...)·diag(signs):
+    signs is [P, n] or None; a mat is [d, d] (shared by the stack) or [P, d, d] (one per tensor) and acts on
+    one sub-axis of the axis. The sign diagonals of all axes commute with the other axes' mats, so Q x applies
+    every sign first and Qᵀ x every sign last (signs=False leaves them to the caller). Every pass is one
+    matmul on a view, no copies: x is overwritten and spare (like x; allocated if None) takes every other
+    pass. Returns (result, the other buffer)."""
+    spare = torch.empty_like(x) if spare is None else spare
+    diagonals = sign_views(factors, x.shape) if signs else []
+    if not transpose:
+        for d in diagonals:
+            x.mul_(d)
+    P, shape = x.shape[0], x.shape[1:]
     for axis, factor in enumerate(factors):
         if factor is None:
             continue
-        signs, mats = factor
-        bcast = (-1,) + (1,) * (x.dim() - axis - 1)
-        if signs is not None and not transpose:
-            x = x * signs.view(bcast)
         outer, inner = math.prod(shape[:axis]), math.prod(shape[axis:])
-        for mat in mats:  # view the axis as (..., d, ...) sub-axes; each mat acts on one d
-            inner //= mat.shape[0]
-            x = torch.einsum("ji,ojr->oir" if transpose else "ij,ojr->oir", mat, x.reshape(outer, mat.shape[0], inner))
-            outer *= mat.shape[0]
-        x = x.reshape(shape)
-        if signs is not None and transpose:
-            x = x * signs.view(bcast)
-    return x
+        for mat in factor[1]:  # view the axis as (..., d, ...) sub-axes; each mat acts on one d
+            d = mat.shape[-1]
+            inner //= d
+            _matmul_pass(mat.mT if transpose else mat, x, spare, P, outer, d, inner)
+            x, spare = spare, x
+            outer *= d
+    if transpose:
+        for d in diagonals:
+            x.mul_(d)
+    return x, spare
+
+
+def sign_views(factors, shape):
+    """The sign vectors of factors as tensors broadcasting against a stack of shape [P, *param_shape]."""
+    return [f[0].view((shape[0],) + (1,) * axis + (-1,) + (1,) * (len(shape) - axis - 2))
+            for axis, f in enumerate(factors) if f is not None and f[0] is not None]
+
+
+def _matmul_pass(mat, x, out, P, outer, d, inner):
+    """out[p, o, :, i] = mat(p) @ x[p, o, :, i] for x, out viewed as [P, outer, d, inner]."""
+    if mat.dim() == 2:  # shared by the stack: the stack is more rows
+        rows = P * outer
+        if inner == 1:
+            torch.mm(x.view(rows, d), mat.T, out=out.view(rows, d))
+        elif rows == 1:
+            torch.mm(mat, x.view(d, inner), out=out.view(d, inner))
+        else:
+            torch.matmul(mat, x.view(rows, d, inner), out=out.view(rows, d, inner))
+    elif inner == 1:
+        torch.bmm(x.view(P, outer, d), mat.mT, out=out.view(P, outer, d))
+    elif outer == 1:
+        torch.bmm(mat, x.view(P, d, inner), out=out.view(P, d, inner))
+    else:
+        torch.matmul(mat.unsqueeze(1), x.view(P, outer, d, inner), out=out.view(P, outer, d, inner))
 
 
 def sylvester_hadamard(n):
@@ -81,6 +118,23 @@ def haar_orthogonal(n, generator):
     return (q * torch.sign(torch.diagonal(r))).contiguous()
 
 
+def axis_blocks(k, m):
+    """How an axis of size 2^k·m (m odd) is rotated: (Sylvester block sizes, j) where H_{2^j} joins R_m in
+    one dense block. Fewest passes first (Sylvester blocks <= HADAMARD_BLOCK, dense block <= MERGE_LIMIT),
+    then the fewest FLOPs per element (2·sum of block sizes). Blocks ascend: the largest acts on the
+    innermost sub-axis, where a pass is one long matmul (H_a ⊗ H_b = H_b ⊗ H_a, so Q does not change)."""
+    best = None
+    for j in range(k + 1) if m > 1 else [0]:
+        if m > 1 and j and m << j > MERGE_LIMIT:
+            break
+        n_blocks = math.ceil((k - j) / math.log2(HADAMARD_BLOCK))
+        sizes = [2 ** ((k - j) // n_blocks + (i >= n_blocks - (k - j) % n_blocks)) for i in range(n_blocks)]
+        cost = (n_blocks + (m > 1), sum(sizes) + (m << j if m > 1 else 0))
+        if best is None or cost < best[0]:
+            best = cost, sizes, j
+    return best[1], best[2]
+
+
 def axis_factor(n, rotation, generator):
     """(signs, mats) for one axis of size n, float64 on CPU; Hadamard blocks appear as their int size."""
     if rotation == "haar":
@@ -93,9 +147,20 @@ def axis_factor(n, rotation, generator):
     k = (n & -n).bit_length() - 1  # n = 2^k * m, m odd
     m = n >> k
     signs = torch.randint(0, 2, (n,), generator=generator, device="cpu").to(torch.float64) * 2 - 1
-    blocks = math.ceil(k / math.log2(HADAMARD_BLOCK))
-    mats = [2 ** (k // blocks + (i < k % blocks)) for i in range(blocks)]  # balanced Sylvester split
-    return signs, mats + ([haar_orthogonal(m, generator)] if m > 1 else [])
+    mats, j = axis_blocks(k, m)
+    if m > 1:  # H_{2^j} ⊗ R_m as one dense block: the same Q in one pass fewer
+        mats.append(torch.kron(sylvester_hadamard(2 ** j), haar_orthogonal(m, generator)))
+    return signs, mats
+
+
+def row_blocks(shape, split):
+    """Index expressions cutting a tensor of shape into blocks of rows of at most BUCKET_NUMEL elements
+    (split=True: its axis 0 is unrotated, so rows are independent) or taking it whole."""
+    numel = math.prod(shape)
+    if not split or numel <= BUCKET_NUMEL:
+        return [...]
+    rows = max(1, BUCKET_NUMEL * shape[0] // numel)
+    return [slice(r, r + rows) for r in range(0, shape[0], rows)]
 
 
 class OrthoAdam(torch.optim.Optimizer):
@@ -105,8 +170,9 @@ class OrthoAdam(torch.optim.Optimizer):
             raise ValueError(f"need lr, eps, weight_decay >= 0 and betas in [0, 1), got "
                              f"lr={lr}, eps={eps}, weight_decay={weight_decay}, betas={betas}")
         self.seed = seed
-        self._factors = {}  # param -> (key, per-axis factors on its device); rebuilt lazily, never saved
+        self._factors = {}  # (Q seeds, axes, rotation, shape, device) -> rotate()'s factors; rebuilt lazily, never saved
         self._hadamards = {}  # (size, device) -> Sylvester block shared by all parameters
+        self._buffers = {}  # device -> two fp32 workspace buffers (see _workspace)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, rotation=rotation,
                         axes=axes, residual_dim=residual_dim, skip_axes=skip_axes)
         super().__init__(params, defaults)
@@ -129,7 +195,7 @@ class OrthoAdam(torch.optim.Optimizer):
 
     def __setstate__(self, state):
         super().__setstate__(state)  # also runs in load_state_dict: factors follow the loaded q_seed
-        self._factors, self._hadamards = {}, {}
+        self._factors, self._hadamards, self._buffers = {}, {}, {}
 
     def load_state_dict(self, state_dict):
         super().load_state_dict(state_dict)  # this casts every state tensor to its param's dtype...
@@ -158,18 +224,25 @@ class OrthoAdam(torch.optim.Optimizer):
         generator = torch.Generator().manual_seed(q_seed)
         return [axis_factor(n, group["rotation"], generator) if a in rotated else None for a, n in enumerate(p.shape)]
 
-    def _device_factors(self, p, group, q_seed, rotated):
-        key = (q_seed, rotated, group["rotation"], p.device)
-        if p not in self._factors or self._factors[p][0] != key:
+    def _stack_factors(self, ps, group, seeds, rotated):
+        """rotate()'s factors for a stack of same-shaped parameters with Q seeds `seeds`: shared Sylvester blocks,
+        per-parameter signs and dense blocks stacked, fp32 on the parameters' device; cached."""
+        device = ps[0].device
+        key = (seeds, rotated, group["rotation"], tuple(ps[0].shape), device)
+        if key not in self._factors:
+            per_param = [self._axis_factors(p, group, s, rotated) for p, s in zip(ps, seeds)]
             factors = []
-            for f in self._axis_factors(p, group, q_seed, rotated):
-                if f is not None:
-                    signs = None if f[0] is None else f[0].to(p.device, torch.float32)
-                    f = signs, [self._hadamard(m, p.device) if isinstance(m, int) else m.to(p.device, torch.float32)
-                                for m in f[1]]
-                factors.append(f)
-            self._factors[p] = (key, factors)
-        return self._factors[p][1]
+            for axis in zip(*per_param):
+                if axis[0] is None:
+                    factors.append(None)
+                    continue
+                signs = None if axis[0][0] is None else torch.stack([f[0] for f in axis]).to(device, torch.float32)
+                mats = [self._hadamard(m, device) if isinstance(m, int) else
+                        torch.stack([f[1][j] for f in axis]).to(device, torch.float32)
+                        for j, m in enumerate(axis[0][1])]
+                factors.append((signs, mats))
+            self._factors[key] = factors
+        return self._factors[key]
 
     def _hadamard(self, n, device):
         if (n, device) not in self._hadamards:
@@ -206,11 +279,14 @@ class OrthoAdam(torch.optim.Optimizer):
                 self._group_step(gi, group)
         finally:
             matmul.fp32_precision = precision
+            # CPU keeps the workspace (fresh pages cost more than the step's arithmetic on them); CUDA hands it
+            # back to the caching allocator, for activations to reuse
+            self._buffers = {d: w for d, w in self._buffers.items() if d.type == "cpu"}
         return loss
 
     def _group_step(self, gi, group):
-        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        params, factors, g_bars, exp_avgs, exp_avg_sqs, bc1s, bc2_sqrts = [], [], [], [], [], [], []
+        lr, wd = group["lr"], group["weight_decay"]
+        stacks = {}  # same shape, rotated axes, device: rotated together
         for pi, p in enumerate(group["params"]):
             if p.grad is None:
                 continue
@@ -223,24 +299,71 @@ class OrthoAdam(torch.optim.Optimizer):
                 state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
                 state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
             state["step"] += 1
-            f = self._device_factors(p, group, q_seed, rotated)
-            params.append(p)
-            factors.append(f)
-            g_bars.append(rotate(p.grad.float(), f))
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
-            bc1s.append(1 - beta1 ** state["step"])
-            bc2_sqrts.append(math.sqrt(1 - beta2 ** state["step"]))
-        if not params:
+            stacks.setdefault((tuple(p.shape), rotated, p.device), []).append((p, q_seed))
+        if not stacks:
             return
-        if wd != 0:
-            torch._foreach_mul_(params, 1 - lr * wd)
-        torch._foreach_lerp_(exp_avgs, g_bars, 1 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, g_bars, g_bars, value=1 - beta2)
-        del g_bars
-        denoms = torch._foreach_sqrt(exp_avg_sqs)  # sqrt(v̂) + eps = sqrt(v̄)/sqrt(1-β2^t) + eps
-        torch._foreach_div_(denoms, bc2_sqrts)
-        torch._foreach_add_(denoms, eps)
-        for p, f, m, d, bc1 in zip(params, factors, exp_avgs, denoms, bc1s):
-            p.add_(rotate(m / d, f, transpose=True), alpha=-lr / bc1)  # s̄ = m̂/(sqrt(v̂)+eps), s = Qᵀ s̄
+        if wd != 0:  # decoupled, on the parameter before the step: p·(1 - lr·wd) - lr·s
+            torch._foreach_mul_([p for stack in stacks.values() for p, _ in stack], 1 - lr * wd)
+        for (shape, rotated, device), stack in stacks.items():
+            numel = max(1, math.prod(shape))
+            per_stack = max(1, BUCKET_NUMEL // numel)
+            for i in range(0, len(stack), per_stack):
+                ps, seeds = zip(*stack[i:i + per_stack])
+                factors = self._stack_factors(ps, group, seeds, rotated)
+                for rows in row_blocks(shape, 0 not in rotated):
+                    self._stack_step([p[rows] for p in ps], [p.grad[rows] for p in ps],
+                                     *([self.state[p][k][rows] for p in ps] for k in ("exp_avg", "exp_avg_sq")),
+                                     [self.state[p]["step"] for p in ps], group, factors)
+
+    def _workspace(self, n, device):
+        """Two fp32 buffers of at least n elements on device, reused by every stack (CPU: by every step)."""
+        if self._buffers.get(device, (torch.empty(0),))[0].numel() < n:
+            self._buffers[device] = (torch.empty(n, device=device), torch.empty(n, device=device))
+        return self._buffers[device]
+
+    def _stack_step(self, ps, grads, exp_avgs, exp_avg_sqs, steps, group, factors):
+        """Algorithm 1 for P same-shaped tensors at once (parameters, or row blocks of one): Ḡ = Q G for the
+        stack G of their gradients, the moments and s̄ = m̂/(sqrt(v̂)+eps) in one fused kernel, p -= lr Qᵀ s̄."""
+        beta1, beta2 = group["betas"]
+        device, shape, n = ps[0].device, (len(ps),) + ps[0].shape, len(ps) * ps[0].numel()
+        a, b = (w[:n].view(shape) for w in self._workspace(n, device))
+        diagonals = sign_views(factors, shape)  # D g is taken while stacking, Dᵀ u while adding to p
+        for i, g in enumerate(grads):  # to fp32 from any dtype
+            if diagonals:
+                torch.mul(g, diagonals[0][i], out=a[i])
+            else:
+                a[i].copy_(g)
+        for d in diagonals[1:]:
+            a.mul_(d)
+        g_bar, s = rotate(a, factors, spare=b, signs=False)
+        s.zero_()
+        if device.type in FUSED_ADAM_DEVICES:  # s = 0 - 1·m̂/(sqrt(v̂)+eps): torch's Adam update of a zero "parameter"
+            step_tensors = {t: torch.full((), float(t), device=device) for t in set(steps)}
+            torch._fused_adam_(list(s.unbind(0)), list(g_bar.unbind(0)), exp_avgs, exp_avg_sqs, [],
+                               [step_tensors[t] for t in steps], lr=1.0, beta1=beta1, beta2=beta2,
+                               weight_decay=0.0, eps=group["eps"], amsgrad=False, maximize=False)
+        else:
+            g_bars = list(g_bar.unbind(0))
+            torch._foreach_lerp_(exp_avgs, g_bars, 1 - beta1)
+            torch._foreach_mul_(exp_avg_sqs, beta2)
+            torch._foreach_addcmul_(exp_avg_sqs, g_bars, g_bars, value=1 - beta2)
+            for s_i, m, v, t in zip(s.unbind(0), exp_avgs, exp_avg_sqs, steps):
+                denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(group["eps"])
+                torch.div(m, denom, out=s_i).mul_(-1 / (1 - beta1 ** t))
+        update, _ = rotate(s, factors, transpose=True, spare=g_bar, signs=False)  # -Qᵀ s̄ up to the signs
+        for d in diagonals[1:]:
+            update.mul_(d)
+        if diagonals:
+            for i, p in enumerate(ps):
+                p.addcmul_(update[i], diagonals[0][i], value=group["lr"])
+        else:
+            torch._foreach_add_(ps, list(update.unbind(0)), alpha=group["lr"])
+
+    def factor_bytes(self):
+        """Bytes of the rotation factors held now (Sylvester blocks shared by all parameters counted once)."""
+        tensors = {id(t): t for t in self._hadamards.values()}
+        for factors in self._factors.values():
+            for f in factors:
+                if f is not None:
+                    tensors.update({id(t): t for t in ([f[0]] if f[0] is not None else []) + f[1]})
+        return sum(t.numel() * t.element_size() for t in tensors.values())

@@ -41,19 +41,3 @@ def test_cuda_without_gpu_is_a_clear_error():
     run = subprocess.run([sys.executable, 'bench.py', '--quick', '--device=cuda'], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 2 and 'CUDA is not available' in run.stderr
-
-
-def test_cpu_slices_rotate_exactly_like_one_pass(monkeypatch):
-    """The sliced CPU path of orthoadam.rotate (a speed-up measured by bench.py) gives the one-pass result
-    up to float32 rounding (matmul blocking differs with the batch size)."""
-    import torch
-    import orthoadam
-    g = torch.Generator().manual_seed(0)
-    signs, mats = orthoadam.axis_factor(48, 'hadamard', g)
-    factors = [None, (signs.float(), [orthoadam.sylvester_hadamard(m).float() if isinstance(m, int) else m.float()
-                                      for m in mats])]
-    x = torch.randn(37, 48, generator=g)
-    whole = [orthoadam.rotate(x, factors, t) for t in (False, True)]
-    monkeypatch.setattr(orthoadam, 'CPU_SLICE', 48 * 5)   # slices of 5 rows, the last one shorter
-    for t, ref in zip((False, True), whole):
-        torch.testing.assert_close(orthoadam.rotate(x, factors, t), ref, rtol=1e-6, atol=1e-6)

@@ -46,7 +46,7 @@ def reference_algorithm1(theta, grads, q, lr, betas, eps, weight_decay):
 
 
 def dense_q(opt, p):
-    return functools.reduce(torch.kron, opt.dense_factors(p))
+    return functools.reduce(torch.kron, opt.dense_factors(p), torch.ones(1, 1, dtype=torch.float64))
 
 
 def sylvester(n):
@@ -80,6 +80,71 @@ def test_matches_dense_reference(options):
         want = reference_algorithm1(theta0[n], [g[n] for g in grads], qs[n], **HP)
         torch.testing.assert_close(p.detach().double().flatten(), want, atol=1e-5, rtol=0)
     assert sum(not torch.equal(q, torch.eye(len(q), dtype=q.dtype)) for q in qs.values()) >= 2   # non-trivial Q
+
+
+@pytest.mark.parametrize('bucket', [1 << 24, 100])   # one stack per shape / stacks of one, rows in blocks of 4
+@pytest.mark.parametrize('fused', [True, False])     # torch._fused_adam_ / the foreach fallback for other devices
+def test_stacks_row_blocks_and_fallback_match_dense_reference(monkeypatch, bucket, fused):
+    """Same-shaped parameters are rotated as one stack (each with its own Q), a big parameter whose axis 0 is
+    unrotated goes in blocks of rows; every parameter still follows Algorithm 1 with its own dense Q."""
+    import orthoadam
+    monkeypatch.setattr(orthoadam, 'BUCKET_NUMEL', bucket)
+    if not fused:
+        monkeypatch.setattr(orthoadam, 'FUSED_ADAM_DEVICES', ())
+    shapes = {'w0': (6, 12), 'w1': (6, 12), 'w2': (6, 12), 'v0': (40,), 'v1': (40,), 's': (), 'big': (384, 2),
+              'wide': (2, 384), 'emb': (50, 24), 'emb2': (50, 24)}
+    params = make_params(shapes)
+    grads = make_grads(params, 5)
+    theta0 = {n: p.detach().clone() for n, p in params.items()}
+    groups = [{'params': [(n, params[n]) for n in ('w0', 'v0', 'w1', 's', 'big', 'w2', 'v1', 'wide')]},
+              {'params': [(n, params[n]) for n in ('emb', 'emb2')], 'skip_axes': (0,), 'weight_decay': 0.0}]
+    opt = OrthoAdam(groups, **HP)
+    qs = {n: dense_q(opt, p) for n, p in params.items()}
+    run(opt, params, grads)
+    for n, p in params.items():
+        wd = 0.0 if n.startswith('emb') else HP['weight_decay']
+        want = reference_algorithm1(theta0[n], [g[n] for g in grads], qs[n], **{**HP, 'weight_decay': wd})
+        torch.testing.assert_close(p.detach().double().flatten(), want, atol=1e-5, rtol=0, msg=n)
+    assert not torch.equal(qs['w0'], qs['w1']) and not torch.equal(qs['emb'], qs['emb2'])   # one Q per parameter
+
+
+def test_rotate_on_a_stack_is_each_members_kronecker_q():
+    """rotate() on a stack [P, 24, 384] (both axes rotated: one dense 24 block; H_16 shared plus a dense 24
+    block per member) equals each member's Q = Q_0 ⊗ Q_1 built with torch.kron, and Qᵀ for transpose."""
+    from orthoadam import axis_factor, rotate, sylvester_hadamard
+    g = torch.Generator().manual_seed(0)
+    members = [[axis_factor(n, 'hadamard', g) for n in (24, 384)] for _ in range(3)]
+    dense = []
+    for axes in members:
+        qs = []
+        for signs, mats in axes:
+            q = functools.reduce(torch.kron, [sylvester_hadamard(m) if isinstance(m, int) else m for m in mats])
+            qs.append(q * signs)
+        dense.append(torch.kron(*qs))
+    factors = [(torch.stack([m[a][0] for m in members]).float(),
+                [sylvester_hadamard(m).float() if isinstance(m, int) else torch.stack([x[a][1][j] for x in members]).float()
+                 for j, m in enumerate(members[0][a][1])]) for a in range(2)]
+    assert [len(f[1]) for f in factors] == [1, 2] and factors[1][1][0].dim() == 2   # the shared Sylvester block
+    x = torch.randn(3, 24, 384, generator=g)
+    for transpose in (False, True):
+        got, _ = rotate(x.clone(), factors, transpose)
+        for i, q in enumerate(dense):
+            want = (q.T if transpose else q) @ x[i].double().flatten()
+            torch.testing.assert_close(got[i].double().flatten(), want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize('n, blocks', [(768, ([32], 3)), (3072, ([64], 4)), (1024, ([32, 32], 0)),
+                                       (96, ([], 5)), (50304, ([8, 16], 0)), (8192, ([16, 16, 32], 0)), (7, ([], 0)),
+                                       (2, ([2], 0))])
+def test_axis_blocks_fewest_passes_then_fewest_flops(n, blocks):
+    """Hand-worked splits: 768 = 32 · (8·3) in two passes (not 16 · 48: 2·(16+48) FLOPs > 2·(32+24)); an odd
+    factor too big to merge (393 > MERGE_LIMIT) stands alone."""
+    from orthoadam import HADAMARD_BLOCK, MERGE_LIMIT, axis_blocks
+    k = (n & -n).bit_length() - 1
+    sizes, j = axis_blocks(k, n >> k)
+    assert (sizes, j) == blocks
+    assert math.prod(sizes) * 2 ** j * (n >> k) == n and max(sizes, default=1) <= HADAMARD_BLOCK
+    assert j == 0 or 2 ** j * (n >> k) <= MERGE_LIMIT
 
 
 def test_residual_axes_policy():
