@@ -9,18 +9,21 @@ Sections (each timing is min / median over --repeats, after warm-up; CUDA timed 
   attn   attention forward+backward, (B, H=12, T, d=64): softmax SDPA, softmax-1 SDPA (model.attention),
          and a naive eager softmax-1 (model.attention_probs @ v, the T x T matrix materialised);
   optim  one optimizer step with every gradient set, on the parameter shapes of GPT-2 130M and 350M
-         on CUDA (CPU: 'small' and 130M, --quick: 'tiny' and 'small'; train.py's parameter groups): torch AdamW (fused on CUDA, foreach on CPU) vs OrthoAdam with
-         rotation 'hadamard' (axes 'residual', train.py's default, and 'all') and 'haar' where affordable;
-         time and optimizer-state bytes (moments plus rotation factors);
-  train  a full training step (forward, backward, grad clip, optimizer) of the 130M config on CUDA
-         (a small config on CPU): vanilla (softmax + AdamW) vs softmax-1 + OrthoAdam; tokens/s,
-         MFU (train.py's PEAK_FLOPS, CUDA only), peak memory (CUDA: max allocated) or, on CPU, the bytes
-         of parameters + gradients + optimizer state.
+         on CUDA (CPU: 'small' and 130M, --quick: 'tiny' and 'small'; train.py's parameter groups): torch's
+         fused AdamW (the baseline of every ratio; train.py's AdamW) and its foreach variant vs OrthoAdam
+         with rotation 'hadamard' (axes 'residual', train.py's default, and 'all') and 'haar' where
+         affordable; time and optimizer-state bytes (moments plus rotation factors);
+  train  a full training step of the 130M config on CUDA (a small config on CPU): --grad_accum micro-batches
+         (forward, backward) then grad clip and the optimizer, as train.py runs it; the config's 16 x 32
+         sequences and, as the worst case, 1 x 32; vanilla (softmax + AdamW) vs softmax-1 + OrthoAdam;
+         tokens/s, MFU (train.py's PEAK_FLOPS, CUDA only), peak memory (CUDA: max allocated) or, on CPU, the
+         bytes of parameters + gradients + optimizer state.
 
 Ratios are medians of the softmax-1 / OrthoAdam variant over the vanilla one. --json PATH writes
 {"device", "torch", "quick", "attn_softmax1_over_softmax" (worst over the attention shapes),
  "optim_state_orthoadam_over_adamw", "optim_step_orthoadam_over_adamw" (hadamard/residual on the
- largest model measured), "train_step_s1oa_over_vanilla", "attention": [...], "optimizer": [...],
+ largest model measured), "train_step_s1oa_over_vanilla" (at the first --grad_accum),
+ "train_step_s1oa_over_vanilla_by_accum" ({accum: ratio}), "attention": [...], "optimizer": [...],
  "train": [...]}: one row per measurement with its times in seconds; a ratio is null when its
 section did not run.
 """
@@ -136,38 +139,27 @@ def model_for_optimizer(size, device):
 
 
 def optimizer_for(model, device, name, rotation='hadamard', axes='residual'):
-    """train.py's optimizer and parameter groups; AdamW is fused on CUDA and foreach on CPU."""
+    """train.py's optimizer and parameter groups; 'adamw' is torch's fused AdamW (as train.py uses it on CPU
+    and CUDA), 'adamw_foreach' its multi-tensor implementation."""
     cfg = dict(DEFAULTS, n_embd=model.config.n_embd, optimizer='orthoadam' if name == 'orthoadam' else 'adamw',
                weight_decay=0.1, orthoadam_rotation=rotation, orthoadam_axes=axes)
     opt = configure_optimizer(model, cfg, device.type)
-    if name == 'adamw':
+    if name == 'adamw_foreach':
         groups = [{k: g[k] for k in ('params', 'param_names', 'weight_decay')} for g in opt.param_groups]
-        cuda = device.type == 'cuda'
         opt = torch.optim.AdamW(groups, lr=cfg['learning_rate'], betas=(cfg['beta1'], cfg['beta2']),
-                                eps=cfg['eps'], fused=cuda, foreach=not cuda)
+                                eps=cfg['eps'], foreach=True)
     return opt
 
 
 def state_bytes(opt):
     """Bytes held by the optimizer: every state tensor, plus OrthoAdam's rotation factors (shared ones once)."""
     seen, total = set(), 0
-
-    def add(t):
-        nonlocal total
-        if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            total += t.numel() * t.element_size()
     for s in opt.state.values():
         for t in s.values():
-            add(t)
-    if isinstance(opt, OrthoAdam):
-        for _, factors in opt._factors.values():
-            for f in factors:
-                if f is not None:
-                    add(f[0])
-                    for m in f[1]:
-                        add(m)
-    return total
+            if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+    return total + (opt.factor_bytes() if isinstance(opt, OrthoAdam) else 0)
 
 
 def bench_optimizer(device, sizes, variants, repeats, warmup):
@@ -177,7 +169,7 @@ def bench_optimizer(device, sizes, variants, repeats, warmup):
         n_params = model.num_params()
         base = None
         for name, rotation, axes in variants(size):
-            label = 'adamw' if name == 'adamw' else f"orthoadam {rotation}/{axes}"
+            label = name if name.startswith('adamw') else f"orthoadam {rotation}/{axes}"
             log(f"optim {size} ({n_params / 1e6:.1f}M params): {label}")
             opt = optimizer_for(model, device, name, rotation, axes)
             for group in opt.param_groups:
@@ -197,7 +189,9 @@ def bench_optimizer(device, sizes, variants, repeats, warmup):
 
 
 # ----------------------------------------------------------------------------- 3. training step
-def bench_train(device, size, batch_size, block_size, dtype, compile, repeats, warmup):
+def bench_train(device, size, batch_size, block_size, dtype, compile, repeats, warmup, accums):
+    """One row per variant and gradient accumulation: a step is `accum` micro-batches of batch_size x
+    block_size (forward, backward) and one clip + optimizer step, as train.py runs it."""
     rows = []
     peak = peak_flops(device.type)
     g = torch.Generator(device='cpu').manual_seed(0)
@@ -206,7 +200,6 @@ def bench_train(device, size, batch_size, block_size, dtype, compile, repeats, w
     autocast = (torch.autocast(device_type=device.type, dtype=dtype) if dtype != torch.float32
                 else contextlib.nullcontext())
     for label, attn, opt_name in (('vanilla', 'softmax', 'adamw'), ('softmax1+orthoadam', 'softmax1', 'orthoadam')):
-        log(f"train {size} B={batch_size} T={block_size}: {label}{' (compiling)' if compile else ''}")
         if device.type == 'cuda':
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
@@ -215,29 +208,35 @@ def bench_train(device, size, batch_size, block_size, dtype, compile, repeats, w
         opt = optimizer_for(raw, device, opt_name)
         model = torch.compile(raw) if compile else raw
 
-        def step():
-            with autocast:
-                _, loss = model(x, y)
-            loss.backward()
+        def step(accum):
+            for _ in range(accum):
+                with autocast:
+                    _, loss = model(x, y)
+                (loss / accum).backward()
             torch.nn.utils.clip_grad_norm_(raw.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-        times = timeit(step, device, repeats, warmup)
-        row = {'model': size, 'variant': label, 'batch_size': batch_size, 'block_size': block_size,
-               'dtype': str(dtype).removeprefix('torch.'), 'compile': compile, **summary(times)}
-        row['tokens_per_s'] = batch_size * block_size / row['median_s']
-        row['mfu'] = raw.flops_per_token(block_size) * row['tokens_per_s'] / peak if peak else None
-        if device.type == 'cuda':
-            row['peak_memory_bytes'], row['memory_kind'] = torch.cuda.max_memory_allocated(device), 'cuda_max_allocated'
-        else:   # no allocator statistics on CPU: the bytes that persist between steps
-            opt.step()   # with gradients set, as during a step
-            row['peak_memory_bytes'] = sum(2 * p.numel() * p.element_size() for p in raw.parameters()) + state_bytes(opt)
-            row['memory_kind'] = 'params+grads+optimizer_state'
-            opt.zero_grad(set_to_none=True)
-        rows.append(row)
+        for accum in accums:
+            log(f"train {size} {accum} x B={batch_size} x T={block_size}: {label}{' (compiling)' if compile else ''}")
+            times = timeit(lambda: step(accum), device, repeats, warmup)
+            row = {'model': size, 'variant': label, 'grad_accum': accum, 'batch_size': batch_size,
+                   'block_size': block_size, 'dtype': str(dtype).removeprefix('torch.'), 'compile': compile,
+                   **summary(times)}
+            row['tokens_per_s'] = accum * batch_size * block_size / row['median_s']
+            row['mfu'] = raw.flops_per_token(block_size) * row['tokens_per_s'] / peak if peak else None
+            if device.type == 'cuda':   # over this variant's rows so far
+                row['peak_memory_bytes'], row['memory_kind'] = torch.cuda.max_memory_allocated(device), 'cuda_max_allocated'
+            else:   # no allocator statistics on CPU: the bytes that persist between steps
+                opt.step()   # with gradients set, as during a step
+                row['peak_memory_bytes'] = sum(2 * p.numel() * p.element_size() for p in raw.parameters()) + state_bytes(opt)
+                row['memory_kind'] = 'params+grads+optimizer_state'
+                opt.zero_grad(set_to_none=True)
+            rows.append(row)
         del model, raw, opt
-    rows[1]['step_over_vanilla'] = rows[1]['median_s'] / rows[0]['median_s']
+    for row in rows[len(accums):]:
+        vanilla = next(r for r in rows if r['variant'] == 'vanilla' and r['grad_accum'] == row['grad_accum'])
+        row['step_over_vanilla'] = row['median_s'] / vanilla['median_s']
     return rows
 
 
@@ -248,24 +247,29 @@ def plan(device, quick):
     if cuda:
         attn_shapes, attn_dtype = [(16, 12, 256, 64), (16, 12, 1024, 64)], torch.bfloat16
         optim_sizes, train_size, train_bt, train_dtype = ['130m', '350m'], '130m', (32, 256), torch.bfloat16
+        accums = [16, 1]   # config/gpt2_130m.py on one GPU: 16 x 32 sequences per optimizer step
         repeats, warmup = (5, 2) if quick else (20, 5)
     elif quick:
         attn_shapes, attn_dtype = [(2, 12, 128, 64), (1, 12, 256, 64)], torch.float32
         optim_sizes, train_size, train_bt, train_dtype = ['tiny', 'small'], 'tiny', (8, 64), torch.float32
+        accums = [2, 1]
         repeats, warmup = 5, 1
     else:
         attn_shapes, attn_dtype = [(4, 12, 256, 64), (2, 12, 1024, 64)], torch.float32
         optim_sizes, train_size, train_bt, train_dtype = ['small', '130m'], 'small', (8, 256), torch.float32
+        accums = [4, 1]
         repeats, warmup = 7, 2
 
     def optim_variants(size):
-        v = [('adamw', None, None), ('orthoadam', 'hadamard', 'residual'), ('orthoadam', 'hadamard', 'all')]
+        v = [('adamw', None, None), ('adamw_foreach', None, None), ('orthoadam', 'hadamard', 'residual'),
+             ('orthoadam', 'hadamard', 'all')]
         v.append(('orthoadam', 'haar', 'residual'))       # n x n factors on n_embd axes only
         if size in ('tiny', 'small') or (cuda and size == '130m'):
             v.append(('orthoadam', 'haar', 'all'))        # 3072 x 3072 QRs: too slow for big CPU runs
         return v
     return dict(attn_shapes=attn_shapes, attn_dtype=attn_dtype, optim_sizes=optim_sizes, optim_variants=optim_variants,
-                train_size=train_size, train_bt=train_bt, train_dtype=train_dtype, repeats=repeats, warmup=warmup)
+                train_size=train_size, train_bt=train_bt, train_dtype=train_dtype, accums=accums, repeats=repeats,
+                warmup=warmup)
 
 
 def report(res):
@@ -290,19 +294,21 @@ def report(res):
                          f"{r['step_over_adamw']:>10.2f}x {r['state_over_adamw']:>11.4f}x")
     if res['train']:
         lines += ['', '3. training step (forward, backward, clip, optimizer)',
-                  f"{'model':<6} {'variant':<20} {'B x T':>9} {'dtype':<9} {'compile':<7} {'min / median ms':>19}"
-                  f" {'tokens/s':>10} {'MFU':>6} {'memory':>22}"]
+                  f"{'model':<6} {'variant':<20} {'accum x B x T':>14} {'dtype':<9} {'compile':<7} {'min / median ms':>19}"
+                  f" {'tokens/s':>10} {'MFU':>6} {'memory':>22} {'step/vanilla':>13}"]
         for r in res['train']:
             mfu = 'n/a' if r['mfu'] is None else f"{100 * r['mfu']:.1f}%"
             mem = f"{fmt_bytes(r['peak_memory_bytes'])} {'peak' if r['memory_kind'].startswith('cuda') else 'p+g+s'}"
-            lines.append(f"{r['model']:<6} {r['variant']:<20} {r['batch_size']:>4}x{r['block_size']:<4} {r['dtype']:<9} "
+            shape = f"{r['grad_accum']}x{r['batch_size']}x{r['block_size']}"
+            lines.append(f"{r['model']:<6} {r['variant']:<20} {shape:>14} {r['dtype']:<9} "
                          f"{str(r['compile']):<7} {r['min_s'] * 1e3:>8.1f} / {r['median_s'] * 1e3:>8.1f} "
-                         f"{r['tokens_per_s']:>10,.0f} {mfu:>6} {mem:>22}")
+                         f"{r['tokens_per_s']:>10,.0f} {mfu:>6} {mem:>22} {fmt_ratio(r.get('step_over_vanilla')):>13}")
     lines += ['', 'ratios (median; target in brackets)',
               f"  attn_softmax1_over_softmax       {fmt_ratio(res['attn_softmax1_over_softmax']):>8}  (<= 1.10x, worst shape)",
               f"  optim_state_orthoadam_over_adamw {fmt_ratio(res['optim_state_orthoadam_over_adamw']):>8}  (<= 1.05x)",
               f"  optim_step_orthoadam_over_adamw  {fmt_ratio(res['optim_step_orthoadam_over_adamw']):>8}  (<= 1.5x on CUDA)",
-              f"  train_step_s1oa_over_vanilla     {fmt_ratio(res['train_step_s1oa_over_vanilla']):>8}  (<= 1.05x on CUDA)"]
+              f"  train_step_s1oa_over_vanilla     {fmt_ratio(res['train_step_s1oa_over_vanilla']):>8}  (<= 1.05x on CUDA; "
+              f"grad_accum {next(iter(res['train_step_s1oa_over_vanilla_by_accum']), '-')})"]
     return '\n'.join(lines)
 
 
@@ -315,7 +321,12 @@ def main(argv=None):
     parser.add_argument('--repeats', type=int, default=0, help='timed repeats per measurement (0: per device)')
     parser.add_argument('--compile', action=argparse.BooleanOptionalAction, default=None,
                         help='torch.compile the training step (default: on CUDA only)')
+    parser.add_argument('--grad_accum', default='', metavar='N[,N...]',
+                        help='micro-batches per training step, one row each; the first gives the ratio '
+                             '(default: CUDA 16,1 as config/gpt2_130m.py on one GPU; CPU 4,1; --quick 2,1)')
     args = parser.parse_args(argv)
+    if args.grad_accum and not all(a.isdigit() and int(a) > 0 for a in args.grad_accum.split(',')):
+        parser.error(f"--grad_accum={args.grad_accum!r}: allowed a comma-separated list of positive integers")
     sections = [s for s in args.sections.split(',') if s]
     if not sections or any(s not in SECTIONS for s in sections):
         parser.error(f"--sections={args.sections!r}: allowed a comma-separated subset of {','.join(SECTIONS)}")
@@ -340,13 +351,16 @@ def main(argv=None):
         res['optimizer'] = bench_optimizer(device, p['optim_sizes'], p['optim_variants'], repeats, p['warmup'])
     if 'train' in sections:
         B, T = p['train_bt']
+        accums = [int(a) for a in args.grad_accum.split(',')] if args.grad_accum else p['accums']
         res['train'] = bench_train(device, p['train_size'], B, T, p['train_dtype'], compile, repeats,
-                                   p['warmup'] + (2 if compile else 0))
+                                   p['warmup'] + (2 if compile else 0), accums)
     default = [r for r in res['optimizer'] if r['optimizer'] == 'orthoadam hadamard/residual']
     res['attn_softmax1_over_softmax'] = max((r['softmax1_over_softmax'] for r in res['attention']), default=None)
     res['optim_state_orthoadam_over_adamw'] = default[-1]['state_over_adamw'] if default else None
     res['optim_step_orthoadam_over_adamw'] = default[-1]['step_over_adamw'] if default else None
-    res['train_step_s1oa_over_vanilla'] = res['train'][1]['step_over_vanilla'] if res['train'] else None
+    ratios = [r for r in res['train'] if 'step_over_vanilla' in r]
+    res['train_step_s1oa_over_vanilla'] = ratios[0]['step_over_vanilla'] if ratios else None
+    res['train_step_s1oa_over_vanilla_by_accum'] = {str(r['grad_accum']): r['step_over_vanilla'] for r in ratios}
     res['elapsed_s'] = time.time() - t0
     print(report(res))
     print(f"\n{res['elapsed_s']:.1f} s")

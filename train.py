@@ -208,7 +208,7 @@ def configure_optimizer(model, cfg, device_type):
               {'params': [p for _, p in no_decay], 'param_names': [n for n, _ in no_decay], 'weight_decay': 0.0}]
     lr, betas, eps, name = cfg['learning_rate'], (cfg['beta1'], cfg['beta2']), cfg['eps'], cfg['optimizer']
     if name == 'adamw':
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=device_type == 'cuda')
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=device_type in ('cuda', 'cpu'))
     if name == 'rmsprop':   # weight decay here is torch's coupled L2 term
         return torch.optim.RMSprop(groups, lr=lr, alpha=cfg['beta2'], eps=eps, momentum=cfg['momentum'])
     if name == 'sgd':

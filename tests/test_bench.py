@@ -22,9 +22,13 @@ def test_quick_run_writes_ratios(tmp_path):
     assert res['device'].startswith('cpu') and res['quick'] is True
     for key in RATIOS:
         assert isinstance(res[key], float) and math.isfinite(res[key]) and res[key] > 0, key
-    assert {r['optimizer'] for r in res['optimizer']} >= {'adamw', 'orthoadam hadamard/residual',
+    assert {r['optimizer'] for r in res['optimizer']} >= {'adamw', 'adamw_foreach', 'orthoadam hadamard/residual',
                                                           'orthoadam hadamard/all', 'orthoadam haar/residual'}
-    assert [r['variant'] for r in res['train']] == ['vanilla', 'softmax1+orthoadam']
+    assert [(r['variant'], r['grad_accum']) for r in res['train']] == [
+        ('vanilla', 2), ('vanilla', 1), ('softmax1+orthoadam', 2), ('softmax1+orthoadam', 1)]
+    assert set(res['train_step_s1oa_over_vanilla_by_accum']) == {'2', '1'}
+    assert res['train_step_s1oa_over_vanilla'] == res['train_step_s1oa_over_vanilla_by_accum']['2']
+    assert all(r['tokens_per_s'] * r['median_s'] == pytest.approx(r['grad_accum'] * 8 * 64) for r in res['train'])
     assert all(r['mfu'] is None and r['peak_memory_bytes'] > 0 for r in res['train'])   # no MFU on CPU
 
 
@@ -32,8 +36,9 @@ def test_sections_subset_and_errors(tmp_path):
     import bench
     res = bench.main(['--quick', '--device=cpu', '--sections=attn', '--repeats=1'])
     assert res['attn_softmax1_over_softmax'] > 0 and res['optim_step_orthoadam_over_adamw'] is None
-    with pytest.raises(SystemExit):
-        bench.main(['--sections=attn,nope'])
+    for bad in (['--sections=attn,nope'], ['--grad_accum=0'], ['--grad_accum=4,x']):
+        with pytest.raises(SystemExit):
+            bench.main(bad)
 
 
 @pytest.mark.skipif(__import__('torch').cuda.is_available(), reason='checks the error without a GPU')
