@@ -2,15 +2,17 @@
 
     from model import GPT, GPTConfig
     model = GPT(GPTConfig(attn='softmax1', norm='rmsnorm_single', bias=False))
-    logits, loss = model(idx, targets)                     # training path (fused SDPA)
+    logits, loss = model(idx, targets)                     # training path (fused kernels)
     logits, loss, trace = model(idx, analysis=True)        # + per-layer hidden states, attention
 
-Attention is softmax or softmax-1, exp(x_i) / (1 + sum_j exp(x_j)). Softmax-1 equals softmax over
-the real keys plus one extra "sink" key whose logit is 0 and whose value is 0, seen by every query.
-The training path realises exactly that inside F.scaled_dot_product_attention (flash/efficient
-kernels, no T x T matrix): a zero key/value is prepended *and* a dummy query is prepended, so the
-square (T+1) x (T+1) causal mask lets real query i see the sink plus real keys 0..i. The dummy
-query's output row is dropped.
+Attention is softmax or softmax-1, exp(x_i) / (1 + sum_j exp(x_j)). With L = logsumexp_j x_j,
+softmax-1 is softmax times sigmoid(L): the training path takes the output o and L from the fused
+attention kernel SDPA would run (CPU flash; CUDA flash, memory-efficient or cuDNN) and returns
+y = o * sigmoid(L), with no extra key and no T x T matrix (`softmax1_attention`, a custom op that
+torch.compile keeps whole). Its backward is that kernel's backward called with the output y and the
+output gradient sigmoid(L) * dy, which is exact (see `softmax1_attention_backward`). With dropout the
+kernels' random state would have to cross the op, so dropout > 0 takes the route of an extra key:
+a zero key/value and a dummy query prepended inside SDPA (`softmax1_extra_key`).
 
 The analysis path (analysis=True) recomputes attention eagerly and returns, per layer, the hidden
 state after the block's residual additions and the attention probabilities (for softmax-1 each row
@@ -22,6 +24,7 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
 
 CHOICES = {
     'attn': ('softmax', 'softmax1'),
@@ -116,15 +119,205 @@ def attention(q, k, v, config, dropout_p=0.0):
     """Fused attention for the training path: softmax or exact softmax-1, causal (+ free prefix)."""
     prefix = config.causal_free_prefix
     if config.attn == 'softmax1':
-        pad = q.new_zeros(q.shape[:2] + (1, q.size(-1)))       # dummy query, zero key, zero value
-        q, k, v = (torch.cat((pad, t), dim=2) for t in (q, k, v))
-        prefix = prefix + 1 if prefix else 0                    # the sink joins the free prefix
+        if dropout_p == 0.0 and q.device.type in ('cpu', 'cuda'):
+            if torch.compiler.is_compiling():   # the custom op: one opaque node in the compiled graph
+                return softmax1_attention(q, k, v, prefix)[0]
+            return Softmax1Attention.apply(q, k, v, prefix)   # eager: the same computation, less dispatch
+        return softmax1_extra_key(q, k, v, prefix, dropout_p)
     if prefix:
-        mask = attention_mask(q.size(2), prefix, q.device)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask(q.size(2), prefix, q.device),
+                                              dropout_p=dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+
+
+def softmax1_extra_key(q, k, v, prefix=0, dropout_p=0.0):
+    """Softmax-1 as softmax over one more key whose logit is 0 and whose value is 0: a zero key/value and a
+    dummy query are prepended, so the square (T+1) x (T+1) causal mask lets real query i see that key plus
+    real keys 0..i; the dummy query's output row is dropped. Exact, one position more than softmax."""
+    pad = q.new_zeros(q.shape[:2] + (1, q.size(-1)))
+    q, k, v = (torch.cat((pad, t), dim=2) for t in (q, k, v))
+    if prefix:   # the extra key joins the free prefix
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask(q.size(2), prefix + 1, q.device),
+                                           dropout_p=dropout_p)
     else:
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
-    return y[:, :, 1:] if config.attn == 'softmax1' else y
+    return y[:, :, 1:]
+
+
+# ----------------------------------------------------------------------------- softmax-1 from the log-sum-exp
+# The fused kernels return, besides o = softmax(s) v, each query's L = logsumexp_j s_j; softmax-1 is then
+# y = o * sigmoid(L). Backward, with S = sigmoid(L): dL/ds_ij = P_ij, so
+#   ds_ij = P_ij (S dy.v_j - S (o.dy)) + P_ij (o.dy) S (1 - S) = P_ij (S dy.v_j - S^2 (o.dy)),   dV = P^T (S dy).
+# A kernel's backward called with out = y and grad = S dy computes P from L, its row term rowsum(y * S dy)
+# = S^2 (o.dy), ds = P (S dy.v_j - that) and dV = P^T (S dy): exactly the above. The kernel is the one SDPA
+# would choose for the same call (torch._fused_sdp_choice, so sdpa_kernel() contexts apply); forward and
+# backward may even use different ones, since L is kept in one layout and handed to each in its own.
+# When no fused kernel applies, an eager fp32 version of the same formulas runs (_math_forward/_backward).
+_FLASH, _EFFICIENT, _CUDNN = (int(b) for b in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                                                SDPBackend.CUDNN_ATTENTION))
+
+
+def _prefix_bias(T, prefix, like):
+    """Additive (T, T) mask of the free prefix (0 = visible, -inf = hidden) in like's dtype, rows padded to a
+    multiple of 16 elements as the CUDA kernels require; None for plain causal attention."""
+    if not prefix:
+        return None
+    bias = torch.full((T, -(-T // 16) * 16), float('-inf'), dtype=like.dtype, device=like.device)
+    return bias[:, :T].masked_fill_(attention_mask(T, prefix, like.device), 0.0)
+
+
+def _sdpa_backend(q, k, v, bias):
+    return torch._fused_sdp_choice(q, k, v, bias, 0.0, bias is None)
+
+
+def _expand(bias, q):
+    return None if bias is None else bias.expand(q.size(0), q.size(1), -1, -1)
+
+
+def _lse_forward(q, k, v, prefix):
+    """(o, L): softmax attention output and each query's log-sum-exp, (B, H, T) fp32 contiguous."""
+    T = q.size(2)
+    bias = _prefix_bias(T, prefix, q)
+    causal, backend = bias is None, _sdpa_backend(q, k, v, bias)
+    aten = torch.ops.aten
+    if backend == _FLASH and q.device.type == 'cpu':
+        o, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=bias)
+    elif backend == _FLASH:
+        o, lse = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[:2]
+    elif backend == _EFFICIENT:   # L is padded to a multiple of 32 queries
+        o, lse = aten._scaled_dot_product_efficient_attention(q, k, v, _expand(bias, q), True, 0.0, causal)[:2]
+        lse = lse[..., :T]
+    elif backend == _CUDNN:       # L is (B, H, T, 1)
+        o, lse = aten._scaled_dot_product_cudnn_attention(q, k, v, _expand(bias, q), True, 0.0, causal)[:2]
+        lse = lse.reshape(lse.shape[:3])
+    else:
+        return _math_forward(q, k, v, bias)
+    return o, lse.contiguous()
+
+
+def _lse_backward(do, q, k, v, out, lse, prefix):
+    """Gradients of q, k, v of the kernel's attention, given its output `out`, L and the output gradient."""
+    T = q.size(2)
+    bias = _prefix_bias(T, prefix, q)
+    causal, backend = bias is None, _sdpa_backend(q, k, v, bias)
+    aten = torch.ops.aten
+    if backend == _FLASH and q.device.type == 'cpu':
+        return aten._scaled_dot_product_flash_attention_for_cpu_backward(do, q, k, v, out, lse, 0.0, causal,
+                                                                         attn_mask=bias)
+    # dropout is 0, so the kernels never read their random state: placeholders of the forward's dtypes
+    seed = torch.empty(2, dtype=torch.uint64, device=q.device)
+    offset = torch.empty((), dtype=torch.uint64, device=q.device)
+    if backend == _FLASH:
+        return aten._scaled_dot_product_flash_attention_backward(do, q, k, v, out, lse, None, None, T, T, 0.0,
+                                                                 causal, seed, offset)
+    if backend == _EFFICIENT:
+        padded = lse.new_zeros(lse.shape[:2] + (-(-T // 32) * 32,))
+        padded[..., :T] = lse
+        return aten._scaled_dot_product_efficient_attention_backward(
+            do, q, k, v, _expand(bias, q), out, padded, seed, offset, 0.0, [True, True, True, False], causal)[:3]
+    if backend == _CUDNN:
+        return aten._scaled_dot_product_cudnn_attention_backward(
+            do, q, k, v, out, lse.unsqueeze(-1), seed, offset, _expand(bias, q), None, None, T, T, 0.0, causal)
+    return _math_backward(do, q, k, v, out, lse, bias)
+
+
+def _scores(q, k, bias):
+    s = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.size(-1))
+    if bias is None:
+        return s.masked_fill(~attention_mask(q.size(2), 0, q.device), float('-inf'))
+    return s + bias.float()
+
+
+def _math_forward(q, k, v, bias):
+    s = _scores(q, k, bias)
+    lse = torch.logsumexp(s, dim=-1)
+    return (torch.exp(s - lse[..., None]) @ v.float()).to(v.dtype), lse
+
+
+def _math_backward(do, q, k, v, out, lse, bias):
+    p = torch.exp(_scores(q, k, bias) - lse[..., None])
+    do = do.float()
+    ds = p * (do @ v.float().transpose(-2, -1) - (do * out.float()).sum(-1, keepdim=True)) / math.sqrt(q.size(-1))
+    return ((ds @ k.float()).to(q.dtype), (ds.transpose(-2, -1) @ q.float()).to(k.dtype),
+            (p.transpose(-2, -1) @ do).to(v.dtype))
+
+
+def _bthd(t, last=None):
+    """An empty tensor shaped like t (B, H, T, d) but laid out as (B, T, H, d), the layout that the model's
+    next transpose-and-view needs (and the CPU kernels produce)."""
+    B, H, T, d = t.shape
+    return torch.empty(B, T, H, last or d, dtype=t.dtype, device=t.device).transpose(1, 2)
+
+
+def _as_bthd(t):
+    """t itself when laid out as _bthd promises (the fake implementations' layout), else a copy that is."""
+    B, H, T, d = t.shape
+    return t if t.stride() == (T * H * d, d, H * d, 1) else _bthd(t).copy_(t)
+
+
+def _softmax1_forward(q, k, v, prefix):
+    o, lse = _lse_forward(q, k, v, prefix)
+    y = _bthd(q, v.size(-1))
+    torch.mul(o, torch.sigmoid(lse).unsqueeze(-1), out=y)
+    return y, lse
+
+
+def _softmax1_backward(dy, q, k, v, y, lse, prefix):
+    do = torch.empty_like(y)
+    torch.mul(dy, torch.sigmoid(lse).unsqueeze(-1), out=do)
+    return tuple(_as_bthd(g) for g in _lse_backward(do, q, k, v, y, lse, prefix))
+
+
+# Two wrappers of the same two functions: a custom op, which torch.compile keeps as one node (its fake
+# implementations give the output shapes and layouts without running it), and an autograd.Function for
+# eager mode, which skips the custom op's dispatch (about 0.1 ms per call on CPU).
+@torch.library.custom_op('softmax1::attention', mutates_args=())
+def softmax1_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal softmax-1 attention of q, k, v (B, H, T, d) with the first `prefix` tokens free of the causal
+    mask. Returns (y, L): y (B, H, T, d) and the log-sum-exp L (B, H, T) fp32 of each query's scores."""
+    return _softmax1_forward(q, k, v, prefix)
+
+
+@softmax1_attention.register_fake
+def _(q, k, v, prefix):
+    return _bthd(q, v.size(-1)), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op('softmax1::attention_backward', mutates_args=())
+def softmax1_attention_backward(dy: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, y: torch.Tensor,
+                                lse: torch.Tensor, prefix: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of softmax1_attention: the kernel's backward with out = y and grad = sigmoid(L) * dy."""
+    return _softmax1_backward(dy, q, k, v, y, lse, prefix)
+
+
+@softmax1_attention_backward.register_fake
+def _(dy, q, k, v, y, lse, prefix):
+    return _bthd(q), _bthd(k), _bthd(v)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:3], *output)
+    ctx.prefix = inputs[3]
+
+
+def _backward(ctx, dy, _dlse):
+    return *softmax1_attention_backward(dy, *ctx.saved_tensors, ctx.prefix), None
+
+
+softmax1_attention.register_autograd(_backward, setup_context=_setup_context)
+
+
+class Softmax1Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, prefix):
+        y, lse = _softmax1_forward(q, k, v, prefix)
+        ctx.save_for_backward(q, k, v, y, lse)
+        ctx.prefix = prefix
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return *_softmax1_backward(dy, *ctx.saved_tensors, ctx.prefix), None
 
 
 def attention_probs(q, k, config):

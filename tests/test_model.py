@@ -1,9 +1,11 @@
 """model.py against slow eager references: softmax-1 exactness, analysis path, init, toggles."""
+import contextlib
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import model as model_module
 from model import GPT, GPTConfig, apply_rotary, attention
@@ -39,6 +41,85 @@ def test_fused_attention_matches_reference_outputs_and_grads(attn, prefix):
     ref = reference_attention(q, k, v, cfg)
     ref_grads = torch.autograd.grad((ref * g).sum(), (q, k, v))
     assert (out - ref).abs().max() <= 1e-5
+    for a, b in zip(grads, ref_grads):
+        assert (a - b).abs().max() <= 1e-5
+
+
+def _qkv(B=3, H=2, T=12, d=8, seed=0, dtype=torch.float32):
+    """q, k, v as the model makes them: views into one (B, T, 3 H d) projection, and the leaf."""
+    torch.manual_seed(seed)
+    x = torch.randn(B, T, 3 * H * d, dtype=dtype, requires_grad=True)
+    return x, [t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2)]
+
+
+@pytest.mark.parametrize('T', [12, 100])
+@pytest.mark.parametrize('prefix', [0, 1, 4])
+@pytest.mark.parametrize('route', ['lse', 'lse_math', 'extra_key'])
+def test_softmax1_routes_match_reference_outputs_and_grads(route, prefix, T, monkeypatch):
+    """The log-sum-exp route (with the kernel SDPA picks, and with its eager fallback forced) and the
+    extra-key route against the fp64 formula; T=100 spans several kernel blocks, not a multiple of any."""
+    cfg = tiny(attn='softmax1', causal_free_prefix=prefix, block_size=T)
+    x, (q, k, v) = _qkv(T=T)
+    g = torch.randn(q.shape)
+    eager = []   # calls of the eager fallback: forced for 'lse_math', never needed on CPU otherwise
+    for name in ('_math_forward', '_math_backward'):
+        monkeypatch.setattr(model_module, name, lambda *a, f=getattr(model_module, name): eager.append(f) or f(*a))
+    with sdpa_kernel([SDPBackend.MATH]) if route == 'lse_math' else contextlib.nullcontext():
+        out = model_module.softmax1_extra_key(q, k, v, prefix) if route == 'extra_key' else attention(q, k, v, cfg)
+        grad, = torch.autograd.grad((out * g).sum(), x)
+    assert len(eager) == (2 if route == 'lse_math' else 0)
+    ref = reference_attention(q, k, v, cfg)
+    ref_grad, = torch.autograd.grad((ref * g).sum(), x)
+    assert (out - ref).abs().max() <= 1e-5
+    assert (grad - ref_grad).abs().max() <= 1e-5
+
+
+def test_softmax1_lse_route_is_the_default_and_has_no_extra_position(monkeypatch):
+    """Without dropout the training path never builds T+1 positions; with dropout it takes the extra key."""
+    calls = []
+    monkeypatch.setattr(model_module, 'softmax1_extra_key', lambda *a: calls.append(a) or a[0])
+    _, (q, k, v) = _qkv()
+    attention(q, k, v, tiny(attn='softmax1'))
+    assert calls == []
+    attention(q, k, v, tiny(attn='softmax1'), dropout_p=0.1)
+    assert len(calls) == 1
+
+
+def test_softmax1_lse_route_bf16_within_bf16_rounding():
+    cfg = tiny(attn='softmax1', block_size=64)
+    x, (q, k, v) = _qkv(T=64, dtype=torch.bfloat16)
+    out = attention(q, k, v, cfg)
+    ref = reference_attention(q.double(), k.double(), v.double(), cfg)
+    assert out.dtype == torch.bfloat16
+    assert (out.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
+
+
+def test_softmax1_custom_ops_pass_torch_opcheck():
+    """Fake (meta) implementations, autograd registration and schemas agree with the real kernels,
+    which is what torch.compile relies on."""
+    _, (q, k, v) = _qkv()
+    for prefix in (0, 4):
+        args = [t.detach().requires_grad_() for t in (q, k, v)] + [prefix]
+        torch.library.opcheck(torch.ops.softmax1.attention.default, args)
+    y, lse = model_module.softmax1_attention(q, k, v, 0)
+    torch.library.opcheck(torch.ops.softmax1.attention_backward.default,
+                          [torch.randn(q.shape), q.detach(), k.detach(), v.detach(), y.detach(), lse.detach(), 0])
+
+
+@pytest.mark.parametrize('pos_emb,prefix', [('absolute', 0), ('rotary', 4), ('none', 1)])
+def test_compiled_softmax1_model_matches_eager_reference(pos_emb, prefix, monkeypatch):
+    """torch.compile keeps the custom op whole: logits and every parameter gradient of the compiled model
+    equal those of the model with the fp64 reference attention."""
+    cfg = tiny(attn='softmax1', pos_emb=pos_emb, causal_free_prefix=prefix)
+    torch.manual_seed(3)
+    m = GPT(cfg)
+    idx, tgt = torch.randint(0, 50, (2, 12)), torch.randint(0, 50, (2, 12))
+    logits, loss = torch.compile(m, fullgraph=True)(idx, tgt)
+    grads = torch.autograd.grad(loss, list(m.parameters()))
+    monkeypatch.setattr(model_module, 'attention', reference_attention)
+    ref_logits, ref_loss = m(idx, tgt)
+    ref_grads = torch.autograd.grad(ref_loss, list(m.parameters()))
+    assert (logits - ref_logits).abs().max() <= 1e-5
     for a, b in zip(grads, ref_grads):
         assert (a - b).abs().max() <= 1e-5
 
