@@ -38,3 +38,7 @@ def write_dataset(path, vocab_size=64, n_train=60_000, n_val=8_000, dtype='uint1
 @pytest.fixture(scope='session')
 def bigram_data(tmp_path_factory):
     return write_dataset(str(tmp_path_factory.mktemp('data') / 'bigram'))
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'gpu: needs CUDA; skipped without it (tests/test_gpu.py, run by gpu_suite.py)')

@@ -25,7 +25,10 @@ def test_quick_run_writes_ratios(tmp_path):
     assert {r['optimizer'] for r in res['optimizer']} >= {'adamw', 'adamw_foreach', 'orthoadam hadamard/residual',
                                                           'orthoadam hadamard/all', 'orthoadam haar/residual'}
     assert [(r['variant'], r['grad_accum']) for r in res['train']] == [
-        ('vanilla', 2), ('vanilla', 1), ('softmax1+orthoadam', 2), ('softmax1+orthoadam', 1)]
+        ('vanilla', 2), ('softmax1+orthoadam', 2), ('vanilla', 1), ('softmax1+orthoadam', 1)]
+    assert isinstance(res['attn_extra_key_over_softmax'], float) and isinstance(res['unreliable'], list)
+    assert all({'softmax_sdpa', 'softmax1', 'softmax1_extra_key', 'softmax1_eager', 'softmax1_over_softmax_spread'}
+               <= set(r) for r in res['attention'])
     assert set(res['train_step_s1oa_over_vanilla_by_accum']) == {'2', '1'}
     assert res['train_step_s1oa_over_vanilla'] == res['train_step_s1oa_over_vanilla_by_accum']['2']
     assert all(r['tokens_per_s'] * r['median_s'] == pytest.approx(r['grad_accum'] * 8 * 64) for r in res['train'])
@@ -46,3 +49,28 @@ def test_cuda_without_gpu_is_a_clear_error():
     run = subprocess.run([sys.executable, 'bench.py', '--quick', '--device=cuda'], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 2 and 'CUDA is not available' in run.stderr
+
+
+def test_rounds_interleave_variants_and_ratios_are_paired():
+    """measure() calls every variant once per round, in turn; a ratio is the median of per-round ratios, so a
+    slowdown that hits one round of both variants alike leaves it unchanged."""
+    import bench
+    calls = []
+    times = bench.measure({'a': lambda: calls.append('a'), 'b': lambda: calls.append('b')},
+                          __import__('torch').device('cpu'), repeats=3, warmup=1)
+    assert calls == ['a', 'b'] * 4 and [len(t) for t in times.values()] == [3, 3]
+    ratio, spread = bench.paired_ratio([2.0, 20.0, 2.2], [1.0, 10.0, 1.0])   # round 2: machine 10x slower
+    assert ratio == pytest.approx(2.0) and spread == pytest.approx((2.1 - 2.0) / 2.0)
+    assert bench.spread([1.0, 1.0, 1.0, 1.0]) == 0.0
+
+
+def test_scattered_ratios_and_a_busy_machine_are_reported_unreliable():
+    import bench
+    row = {'shape': [1, 2, 3, 4], 'softmax1_over_softmax_spread': 0.25, 'extra_key_over_softmax_spread': 0.01}
+    res = {'attention': [row], 'optimizer': [{'model': 'tiny', 'optimizer': 'adamw', 'step_over_adamw_spread': 0.0}],
+           'train': [{'model': 'tiny', 'grad_accum': 1, 'batch_size': 8, 'block_size': 64,
+                      'step_over_vanilla_spread': 0.5}]}
+    reasons = bench.unreliable(res, 'busy')
+    assert reasons[0] == 'busy' and len(reasons) == 3
+    assert 'softmax1_over_softmax: spread 25%' in reasons[1] and 'train tiny 1x8x64: spread 50%' in reasons[2]
+    assert bench.fmt_ratio(1.5, 0.2).endswith('?') and not bench.fmt_ratio(1.5, 0.05).endswith('?')
