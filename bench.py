@@ -8,9 +8,9 @@
 
 Sections (CUDA timed with events):
   attn   attention forward+backward, (B, H, T, d=64): softmax SDPA; softmax-1 as the training path runs it
-         (model.attention: the fused kernel's output scaled by sigmoid of its log-sum-exp); softmax-1 through
-         an extra zero key (model.softmax1_extra_key, the route dropout takes); a naive eager softmax-1
-         (model.attention_probs @ v, the T x T matrix materialised);
+         (attention.attention: the fused kernel's output scaled by sigmoid of its log-sum-exp); softmax-1 through
+         an extra zero key (attention.extra_key_attention, the route dropout takes); a naive eager softmax-1
+         (attention.attention_probs @ v, the T x T matrix materialised);
   optim  one optimizer step with every gradient set, on the parameter shapes of GPT-2 130M and 350M
          on CUDA (CPU: 'small' and 130M, --quick: 'tiny' and 'small'; train.py's parameter groups): torch's
          fused AdamW (the baseline of every ratio; train.py's AdamW) and its foreach variant vs OrthoAdam
@@ -44,7 +44,8 @@ import time
 
 import torch
 
-from model import GPT, GPTConfig, attention, attention_probs, softmax1_extra_key
+from attention import attention, attention_probs, extra_key_attention
+from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
 from prepare_c4 import write_json
 from train import DEFAULTS, configure_optimizer, peak_flops
@@ -140,7 +141,7 @@ def bench_attention(device, dtype, shapes, repeats, warmup):
         variants = {
             'softmax_sdpa': fwd_bwd(lambda q, k, v: attention(q, k, v, cfgs['softmax'])),
             'softmax1': fwd_bwd(lambda q, k, v: attention(q, k, v, cfgs['softmax1'])),
-            'softmax1_extra_key': fwd_bwd(softmax1_extra_key),
+            'softmax1_extra_key': fwd_bwd(extra_key_attention),
             'softmax1_eager': fwd_bwd(lambda q, k, v: attention_probs(q, k, cfgs['softmax1']).to(dtype) @ v),
         }
         log(f"attn B={B} H={H} T={T} d={d}: {', '.join(variants)}")

@@ -39,6 +39,7 @@ DEFAULTS = dict(
     # model (GPTConfig); vocab_size=0 takes it from meta.json
     n_layer=12, n_head=12, n_embd=768, block_size=256, vocab_size=0, dropout=0.0, bias=True,
     attn='softmax', norm='layernorm', pos_emb='absolute', mlp='gelu', causal_free_prefix=0,
+    clip_gamma=-0.025, clip_zeta=1.0, sigmoid_bias=None, attn_bias=False, sink_token=False,   # other published fixes
     # optimiser
     optimizer='adamw', learning_rate=1e-3, weight_decay=0.0, beta1=0.9, beta2=0.999, eps=1e-8,
     momentum=0.9, grad_clip=1.0,
@@ -257,7 +258,8 @@ def load_checkpoint(path, model_args):
         ckpt = torch.load(path, map_location='cpu', weights_only=False)
     except Exception as e:
         raise TrainingError(f"cannot read checkpoint {path} ({type(e).__name__}: {e}); it is corrupt or not a checkpoint")
-    diff = {k: (ckpt['model_args'].get(k), v) for k, v in model_args.items() if ckpt['model_args'].get(k) != v}
+    saved = {f.name: f.default for f in fields(GPTConfig)} | ckpt['model_args']   # older checkpoints lack newer fields
+    diff = {k: (saved.get(k), v) for k, v in model_args.items() if saved.get(k) != v}
     if diff:
         desc = ', '.join(f"{k}: checkpoint {a!r} vs requested {b!r}" for k, (a, b) in diff.items())
         raise TrainingError(f"checkpoint {path} was trained with another model config ({desc}); "

@@ -16,11 +16,12 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import model as model_module
+import attention as attention_module
+from attention import attention
 from conftest import ROOT
-from model import GPT, GPTConfig, attention
+from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
-from test_model import reference_attention
+from test_attention import reference_attention
 from test_orthoadam import HP, dense_q, make_grads, make_params, reference_algorithm1
 
 DEVICE = os.environ.get('GPU_TESTS_DEVICE', 'cuda')
@@ -39,8 +40,9 @@ def rel_err(a, b):
 @pytest.mark.parametrize('dtype', ['bfloat16', 'float16', 'float32'])
 @pytest.mark.parametrize('prefix', [0, 4])
 @pytest.mark.parametrize('backend', list(BACKENDS))
-def test_softmax1_on_each_backend_matches_formula(backend, prefix, dtype):
-    """softmax1_attention with SDPA restricted to one kernel (forward and backward) against the fp64 formula.
+@pytest.mark.parametrize('variant', ['softmax1', 'attn_bias'])
+def test_sink_route_on_each_backend_matches_formula(variant, backend, prefix, dtype):
+    """Softmax-1 (the sink route) with SDPA restricted to one kernel, forward and backward, against the fp64 formula.
     Tolerance: max error / max |reference| <= 1e-5 in fp32 (TF32 off), 2e-2 in bf16 / fp16."""
     dtype = getattr(torch, dtype)
     if not CUDA and backend not in ('flash', 'math'):
@@ -51,32 +53,39 @@ def test_softmax1_on_each_backend_matches_formula(backend, prefix, dtype):
     x = torch.randn(B, T, 3 * H * d, generator=g).to(DEVICE, dtype).requires_grad_()
     q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2))
     dy = torch.randn(B, H, T, d, generator=g).to(DEVICE, dtype)
+    cfg = GPTConfig(attn='softmax' if variant == 'attn_bias' else 'softmax1', attn_bias=variant == 'attn_bias',
+                    n_head=H, n_embd=H * d, block_size=T, causal_free_prefix=prefix)
+    sink = tuple((torch.randn(1, H, 1, d, generator=g) * 3).to(DEVICE).requires_grad_() for _ in range(2)) \
+        if variant == 'attn_bias' else None
+    leaves = [x] + (list(sink) if sink else [])
     with sdpa_kernel([BACKENDS[backend]]):
-        bias = model_module._prefix_bias(T, prefix, q)
+        bias = attention_module._prefix_bias(T, prefix, q)
         try:
-            chosen = model_module._sdpa_backend(q, k, v, bias)
+            chosen = attention_module._sdpa_backend(q, k, v, bias)
         except RuntimeError as e:   # SDPA itself raises when the only allowed kernel cannot run this call
             pytest.skip(f'{backend} cannot run {dtype} prefix={prefix} here: {str(e).splitlines()[0]}')
         if chosen != int(BACKENDS[backend]):
             pytest.skip(f'{backend} not available for {dtype} prefix={prefix} (SDPA chose {chosen})')
-        y = model_module.softmax1_attention(q, k, v, prefix)[0]
-        grad, = torch.autograd.grad(y, x, dy)
-    cfg = GPTConfig(attn='softmax1', n_head=H, n_embd=H * d, block_size=T, causal_free_prefix=prefix)
+        y = attention(q, k, v, cfg, 0.0, sink)
+        got = torch.autograd.grad(y, leaves, dy)
     x64 = x.detach().double().cpu().requires_grad_()
-    ref = reference_attention(*(t.view(B, T, H, d).transpose(1, 2) for t in x64.split(H * d, dim=2)), cfg)
-    ref_grad, = torch.autograd.grad(ref, x64, dy.double().cpu())
+    sink64 = tuple(s.detach().double().cpu().requires_grad_() for s in sink) if sink else None
+    ref = reference_attention(*(t.view(B, T, H, d).transpose(1, 2) for t in x64.split(H * d, dim=2)), cfg,
+                              sink=sink64)
+    want = torch.autograd.grad(ref, [x64] + (list(sink64) if sink64 else []), dy.double().cpu())
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     assert rel_err(y.cpu(), ref) <= tol
-    assert rel_err(grad.cpu(), ref_grad) <= tol
+    for a, b in zip(got, want):
+        assert rel_err(a.cpu(), b) <= tol
 
 
 def test_bf16_training_shapes_take_a_fused_kernel():
     """At the paper's head size in bf16 the training path runs a fused kernel (flash on CUDA), not the eager
     fallback; with a free prefix (a mask) still a fused one."""
     q = torch.randn(2, 12, 256, 64, device=DEVICE, dtype=torch.bfloat16)
-    assert model_module._sdpa_backend(q, q, q, None) == int(SDPBackend.FLASH_ATTENTION)
-    bias = model_module._prefix_bias(256, 4, q)
-    assert model_module._sdpa_backend(q, q, q, bias) != int(SDPBackend.MATH)
+    assert attention_module._sdpa_backend(q, q, q, None) == int(SDPBackend.FLASH_ATTENTION)
+    bias = attention_module._prefix_bias(256, 4, q)
+    assert attention_module._sdpa_backend(q, q, q, bias) != int(SDPBackend.MATH)
 
 
 # ----------------------------------------------------------------------------- every toggle, compile + bf16
@@ -87,6 +96,10 @@ TOGGLES = [
     dict(attn='softmax', norm='rmsnorm_single', pos_emb='none', bias=True, mlp='gelu'),
     dict(attn='softmax1', norm='layernorm', pos_emb='none', bias=True, mlp='swiglu', causal_free_prefix=4),
     dict(attn='softmax', norm='rmsnorm', pos_emb='rotary', bias=False, mlp='gelu', causal_free_prefix=1),
+    dict(attn='clipped', norm='rmsnorm_single', pos_emb='absolute', bias=False, mlp='gelu'),
+    dict(attn='gated', norm='rmsnorm_single', pos_emb='rotary', bias=False, mlp='gelu', sink_token=True),
+    dict(attn='sigmoid', norm='layernorm', pos_emb='absolute', bias=True, mlp='gelu'),
+    dict(attn='softmax', norm='rmsnorm_single', pos_emb='absolute', bias=False, mlp='gelu', attn_bias=True),
 ]
 
 

@@ -1,14 +1,18 @@
-"""model.py against slow eager references: softmax-1 exactness, analysis path, init, toggles."""
-import contextlib
+"""model.py against slow eager references: the attention variants in the model, analysis path, init, toggles."""
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import model as model_module
 from model import GPT, GPTConfig, apply_rotary, attention
+from test_attention import reference_attention
+
+MODEL_VARIANTS = {   # GPTConfig fields of each attention variant the model offers
+    'softmax': {}, 'softmax1': dict(attn='softmax1'), 'clipped': dict(attn='clipped'), 'gated': dict(attn='gated'),
+    'sigmoid': dict(attn='sigmoid'), 'attn_bias': dict(attn_bias=True), 'sink_token': dict(sink_token=True),
+}
 
 
 def tiny(**kw):
@@ -17,102 +21,26 @@ def tiny(**kw):
     return GPTConfig(**base)
 
 
-def reference_attention(q, k, v, config, dropout_p=0.0):
-    """Direct formula in float64: softmax or exp(s_i) / (1 + sum_j exp(s_j)) over the visible keys."""
-    T, d = q.size(2), q.size(3)
-    s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(d)
-    visible = torch.ones(T, T, dtype=torch.bool).tril()
-    p = config.causal_free_prefix
-    visible[:p, :p] = True
-    e = torch.exp(s) * visible
-    denominator = e.sum(-1, keepdim=True) + (1.0 if config.attn == 'softmax1' else 0.0)
-    return ((e / denominator) @ v.double()).to(q.dtype)
+def randomise(m, seed=5):
+    """Give the parameters that start at a constant (attn_bias's key and value) random values, so that the
+    tests see them at work."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in m.named_parameters():
+        if 'bias_k' in name or 'bias_v' in name:
+            p.data.copy_(torch.randn(p.shape, generator=g))
+    return m
 
 
-@pytest.mark.parametrize('attn', ['softmax', 'softmax1'])
-@pytest.mark.parametrize('prefix', [0, 1, 4])
-def test_fused_attention_matches_reference_outputs_and_grads(attn, prefix):
-    cfg = tiny(attn=attn, causal_free_prefix=prefix)
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(3, 2, 12, 8, requires_grad=True) for _ in range(3))
-    g = torch.randn(3, 2, 12, 8)
-    out = attention(q, k, v, cfg)
-    grads = torch.autograd.grad((out * g).sum(), (q, k, v))
-    ref = reference_attention(q, k, v, cfg)
-    ref_grads = torch.autograd.grad((ref * g).sum(), (q, k, v))
-    assert (out - ref).abs().max() <= 1e-5
-    for a, b in zip(grads, ref_grads):
-        assert (a - b).abs().max() <= 1e-5
-
-
-def _qkv(B=3, H=2, T=12, d=8, seed=0, dtype=torch.float32):
-    """q, k, v as the model makes them: views into one (B, T, 3 H d) projection, and the leaf."""
-    torch.manual_seed(seed)
-    x = torch.randn(B, T, 3 * H * d, dtype=dtype, requires_grad=True)
-    return x, [t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2)]
-
-
-@pytest.mark.parametrize('T', [12, 100])
-@pytest.mark.parametrize('prefix', [0, 1, 4])
-@pytest.mark.parametrize('route', ['lse', 'lse_math', 'extra_key'])
-def test_softmax1_routes_match_reference_outputs_and_grads(route, prefix, T, monkeypatch):
-    """The log-sum-exp route (with the kernel SDPA picks, and with its eager fallback forced) and the
-    extra-key route against the fp64 formula; T=100 spans several kernel blocks, not a multiple of any."""
-    cfg = tiny(attn='softmax1', causal_free_prefix=prefix, block_size=T)
-    x, (q, k, v) = _qkv(T=T)
-    g = torch.randn(q.shape)
-    eager = []   # calls of the eager fallback: forced for 'lse_math', never needed on CPU otherwise
-    for name in ('_math_forward', '_math_backward'):
-        monkeypatch.setattr(model_module, name, lambda *a, f=getattr(model_module, name): eager.append(f) or f(*a))
-    with sdpa_kernel([SDPBackend.MATH]) if route == 'lse_math' else contextlib.nullcontext():
-        out = model_module.softmax1_extra_key(q, k, v, prefix) if route == 'extra_key' else attention(q, k, v, cfg)
-        grad, = torch.autograd.grad((out * g).sum(), x)
-    assert len(eager) == (2 if route == 'lse_math' else 0)
-    ref = reference_attention(q, k, v, cfg)
-    ref_grad, = torch.autograd.grad((ref * g).sum(), x)
-    assert (out - ref).abs().max() <= 1e-5
-    assert (grad - ref_grad).abs().max() <= 1e-5
-
-
-def test_softmax1_lse_route_is_the_default_and_has_no_extra_position(monkeypatch):
-    """Without dropout the training path never builds T+1 positions; with dropout it takes the extra key."""
-    calls = []
-    monkeypatch.setattr(model_module, 'softmax1_extra_key', lambda *a: calls.append(a) or a[0])
-    _, (q, k, v) = _qkv()
-    attention(q, k, v, tiny(attn='softmax1'))
-    assert calls == []
-    attention(q, k, v, tiny(attn='softmax1'), dropout_p=0.1)
-    assert len(calls) == 1
-
-
-def test_softmax1_lse_route_bf16_within_bf16_rounding():
-    cfg = tiny(attn='softmax1', block_size=64)
-    x, (q, k, v) = _qkv(T=64, dtype=torch.bfloat16)
-    out = attention(q, k, v, cfg)
-    ref = reference_attention(q.double(), k.double(), v.double(), cfg)
-    assert out.dtype == torch.bfloat16
-    assert (out.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
-
-
-def test_softmax1_custom_ops_pass_torch_opcheck():
-    """Fake (meta) implementations, autograd registration and schemas agree with the real kernels,
-    which is what torch.compile relies on."""
-    _, (q, k, v) = _qkv()
-    for prefix in (0, 4):
-        args = [t.detach().requires_grad_() for t in (q, k, v)] + [prefix]
-        torch.library.opcheck(torch.ops.softmax1.attention.default, args)
-    y, lse = model_module.softmax1_attention(q, k, v, 0)
-    torch.library.opcheck(torch.ops.softmax1.attention_backward.default,
-                          [torch.randn(q.shape), q.detach(), k.detach(), v.detach(), y.detach(), lse.detach(), 0])
-
-
-@pytest.mark.parametrize('pos_emb,prefix', [('absolute', 0), ('rotary', 4), ('none', 1)])
-def test_compiled_softmax1_model_matches_eager_reference(pos_emb, prefix, monkeypatch):
-    """torch.compile keeps the custom op whole: logits and every parameter gradient of the compiled model
-    equal those of the model with the fp64 reference attention."""
-    cfg = tiny(attn='softmax1', pos_emb=pos_emb, causal_free_prefix=prefix)
+@pytest.mark.parametrize('variant,pos_emb,prefix', [('softmax1', 'absolute', 0), ('softmax1', 'rotary', 4),
+                                                    ('softmax1', 'none', 1), ('attn_bias', 'absolute', 0),
+                                                    ('clipped', 'none', 1), ('sigmoid', 'rotary', 0),
+                                                    ('gated', 'absolute', 4), ('sink_token', 'rotary', 0)])
+def test_compiled_model_matches_eager_reference(variant, pos_emb, prefix, monkeypatch):
+    """torch.compile (fullgraph: the custom op stays whole) of every variant: logits and every parameter
+    gradient equal those of the model with the float64 reference attention, within 1e-5."""
+    cfg = tiny(pos_emb=pos_emb, causal_free_prefix=prefix, **MODEL_VARIANTS[variant])
     torch.manual_seed(3)
-    m = GPT(cfg)
+    m = randomise(GPT(cfg))
     idx, tgt = torch.randint(0, 50, (2, 12)), torch.randint(0, 50, (2, 12))
     logits, loss = torch.compile(m, fullgraph=True)(idx, tgt)
     grads = torch.autograd.grad(loss, list(m.parameters()))
@@ -136,12 +64,13 @@ def test_softmax1_differs_from_softmax_and_can_attend_nowhere():
 
 
 @pytest.mark.parametrize('pos_emb', ['absolute', 'rotary', 'none'])
-@pytest.mark.parametrize('attn', ['softmax', 'softmax1'])
-def test_model_with_fused_attention_matches_model_with_reference(pos_emb, attn, monkeypatch):
-    """Whole model (rotary applied before attention): logits and every parameter gradient agree."""
-    cfg = tiny(attn=attn, pos_emb=pos_emb)
+@pytest.mark.parametrize('variant', list(MODEL_VARIANTS))
+def test_model_with_fused_attention_matches_model_with_reference(pos_emb, variant, monkeypatch):
+    """Whole model (rotary applied before attention, the gate after it, the sink token in front): logits and
+    every parameter gradient agree with the model running the float64 reference attention."""
+    cfg = tiny(pos_emb=pos_emb, **MODEL_VARIANTS[variant])
     torch.manual_seed(1)
-    m = GPT(cfg)
+    m = randomise(GPT(cfg))
     idx = torch.randint(0, 50, (2, 12))
     tgt = torch.randint(0, 50, (2, 12))
     logits, loss = m(idx, tgt)
@@ -154,28 +83,72 @@ def test_model_with_fused_attention_matches_model_with_reference(pos_emb, attn, 
         assert (a - b).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize('attn', ['softmax', 'softmax1'])
 @pytest.mark.parametrize('prefix', [0, 3])
-def test_analysis_path_returns_what_training_path_computes(attn, prefix):
-    cfg = tiny(attn=attn, pos_emb='rotary', causal_free_prefix=prefix)
+@pytest.mark.parametrize('variant', list(MODEL_VARIANTS))
+def test_analysis_path_returns_what_training_path_computes(variant, prefix):
+    if variant == 'sink_token' and prefix:
+        pytest.skip('sink_token and causal_free_prefix do not combine')
+    cfg = tiny(pos_emb='rotary', causal_free_prefix=prefix, **MODEL_VARIANTS[variant])
     torch.manual_seed(2)
-    m = GPT(cfg).eval()
+    m = randomise(GPT(cfg)).eval()
     idx = torch.randint(0, 50, (2, 12))
     logits, _ = m(idx)
     a_logits, _, trace = m(idx, analysis=True)
     assert (logits - a_logits).abs().max() <= 1e-5
     assert len(trace['hidden']) == len(trace['attn']) == cfg.n_layer
-    assert trace['attn'][0].shape == (2, cfg.n_head, 12, 12)
+    assert trace['attn'][0].shape == (2, cfg.n_head, 12, 12) and trace['hidden'][0].shape == (2, 12, 16)
     # the final hidden state, normalised and projected, gives the logits
     last = m.lm_head(m.transformer.ln_f(trace['hidden'][-1]))[..., :cfg.vocab_size]
     assert (last - logits).abs().max() <= 1e-5
     rows = trace['attn'][1].sum(-1)
-    if attn == 'softmax':
+    if variant in ('softmax', 'gated'):
         assert torch.allclose(rows, torch.ones_like(rows), atol=1e-6)
-    else:
+    elif variant in ('softmax1', 'attn_bias'):
         assert (rows < 1).all() and (rows > 0).all()
+    elif variant == 'sink_token':   # real keys plus the sink make a softmax row
+        total = rows + trace['sink']['attn'][1]
+        assert torch.allclose(total, torch.ones_like(total), atol=1e-6) and (trace['sink']['attn'][1] > 0).all()
     if prefix == 0:   # causal: nothing above the diagonal
         assert trace['attn'][0].triu(1).abs().max() == 0
+
+
+def test_gated_attention_multiplies_each_head_by_its_sigmoid_gate():
+    """attn='gated' == softmax attention per head times sigmoid(x W_g + b_g), one gate per head and token
+    from the block's normalised input, before the output projection; gates start at 0.25."""
+    cfg = tiny(attn='gated')
+    torch.manual_seed(4)
+    m = GPT(cfg)
+    att = m.transformer.h[0].attn
+    assert torch.sigmoid(att.c_gate.bias).tolist() == pytest.approx([0.25, 0.25])
+    x = torch.randn(2, 12, 16)
+    B, T, C, H = 2, 12, 16, 2
+    q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in att.c_attn(x).split(C, dim=2))
+    heads = reference_attention(q, k, v, tiny()).double()                     # plain softmax, (B, H, T, d)
+    gate = torch.sigmoid(x.double() @ att.c_gate.weight.double().T + att.c_gate.bias.double())   # (B, T, H)
+    y = (heads * gate.transpose(1, 2)[..., None]).transpose(1, 2).reshape(B, T, C)
+    want = y @ att.c_proj.weight.double().T + att.c_proj.bias.double()
+    assert (att(x, None, None).double() - want).abs().max() <= 1e-5
+
+
+def test_sink_token_is_seen_by_every_token_and_ignored_by_the_loss():
+    cfg = tiny(sink_token=True, pos_emb='absolute')
+    torch.manual_seed(6)
+    m = GPT(cfg)
+    assert m.transformer.wpe.weight.shape[0] == cfg.block_size + 1 and m.sink.shape == (1, 1, 16)
+    idx, tgt = torch.randint(0, 50, (2, 12)), torch.randint(0, 50, (2, 12))
+    logits, loss = m(idx, tgt)
+    assert logits.shape == (2, 12, 50)
+    assert loss.item() == pytest.approx(F.cross_entropy(logits.reshape(-1, 50), tgt.reshape(-1)).item())
+    # the sink comes first: its hidden state cannot depend on the tokens, and every token sees it
+    _, _, t1 = m(idx, analysis=True)
+    _, _, t2 = m(torch.randint(0, 50, (2, 12)), analysis=True)
+    assert torch.equal(t1['sink']['hidden'][1], t2['sink']['hidden'][1])
+    g, = torch.autograd.grad(m(idx, tgt)[1], m.sink)
+    assert g.abs().sum() > 0
+    # without it the model is a different function of the same weights: the sink is really in the input
+    with torch.no_grad():
+        m.sink.zero_()
+    assert not torch.allclose(m(idx)[0], logits)
 
 
 def test_rotary_scores_depend_only_on_relative_position():
