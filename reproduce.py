@@ -7,9 +7,10 @@
     python reproduce.py table5 --dry_run                       # print the commands, run nothing
     python reproduce.py table5 --render                        # tables from the results that exist
 
-Tables: table2 (main results), table3 (quantisation), table5 (ablation), table6 (sequence length). Each
-row is a config file in config/table*/ (shared settings live in the files they include); the paper's
-published numbers sit in TABLES below and are printed beside ours.
+Tables: table2 (main results), table3 (quantisation), table5 (ablation), table6 (sequence length), and
+mitigations (ours: the paper's fixes beside other published ones, config/mitigations/). Each row is a
+config file in config/<table>/ (shared settings live in the files they include); the paper's published
+numbers sit in TABLES below and are printed beside ours.
 
 Scales: `paper` runs the config files as written (C4, GPUs). `mini` and `smoke` shrink every row the
 same way, keeping each row's differences: n_layer and the number of heads are multiplied by `depth`
@@ -201,6 +202,24 @@ TABLES = {
             ('gpt2_130m', 256, 's1oa', (22.78, 23.21, 0.43, 23.10, 0.32, 22.83, 0.05)),
             ('gpt2_130m', 512, 's1oa', (22.73, 23.16, 0.43, 23.04, 0.31, 22.79, 0.06)),
             ('gpt2_130m', 1024, 's1oa', (23.87, 23.28, 0.41, 23.19, 0.32, 22.94, 0.07)))]),
+    'mitigations': Table(
+        "Mitigations (ours, not the paper's): published fixes of attention sinks and outlier activations on one "
+        "model, data and budget (E_m = mean over layers; sink mass = attention that went to no real token; "
+        "Δ = quantised - full PPL)",
+        ('Row', 'Attention', 'Optimizer'),
+        (('PPL', 'analysis', 'ppl', '.2f', False), ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False),
+         ('E_m[κ_m,>1]', 'analysis', 'kurtosis_rest', '.1f', False),
+         ('%First Attn', 'analysis', 'first_attn_argmax', '.3f', False),
+         ('Sink mass', 'analysis', 'attn_nowhere', '.3f', False),
+         ('E_m[X_m,1,d]', 'analysis', 'max_abs_first', '.1f', False),
+         ('E_m[X_m,>1,d]', 'analysis', 'max_abs_rest', '.1f', False),
+         ('Δ 4-bit ZP', 'quant', 'delta.zeropoint4', '.2f', False), ('Δ coarse int8', 'quant', 'delta.coarse', '.2f', False)),
+        [Row(f'mitigations/{name}', (name[:2], attn, opt), ()) for name, attn, opt in (
+            ('01_vanilla', 'softmax', 'Adam'), ('02_softmax1', 'softmax-1', 'Adam'),
+            ('03_clipped', 'clipped softmax', 'Adam'), ('04_gated', 'gated', 'Adam'),
+            ('05_sigmoid', 'sigmoid', 'Adam'), ('06_attn_bias', 'softmax + bias k/v', 'Adam'),
+            ('07_sink_token', 'softmax + sink token', 'Adam'), ('08_orthoadam', 'softmax', 'OrthoAdam'),
+            ('09_muon', 'softmax', 'Muon'), ('10_softmax1_orthoadam', 'softmax-1', 'OrthoAdam'))]),
 }
 
 

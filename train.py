@@ -42,7 +42,7 @@ DEFAULTS = dict(
     clip_gamma=-0.025, clip_zeta=1.0, sigmoid_bias=None, attn_bias=False, sink_token=False,   # other published fixes
     # optimiser
     optimizer='adamw', learning_rate=1e-3, weight_decay=0.0, beta1=0.9, beta2=0.999, eps=1e-8,
-    momentum=0.9, grad_clip=1.0,
+    momentum=0.9, grad_clip=1.0, muon_lr=0.02, muon_momentum=0.95,
     orthoadam_rotation='hadamard', orthoadam_axes='residual', orthoadam_vocab_axis='skip', orthoadam_seed=0,
     # schedule: linear warmup, cosine decay to min_lr at lr_decay_iters (0 = max_iters)
     max_iters=40000, warmup_iters=2000, lr_decay_iters=0, min_lr=1e-4, decay_lr=True,
@@ -53,7 +53,7 @@ CHOICES = dict(
     MODEL_CHOICES,
     init_from=('scratch', 'resume', 'auto'),
     windows=('random', 'document'),
-    optimizer=('adamw', 'orthoadam', 'rmsprop', 'sgd'),
+    optimizer=('adamw', 'orthoadam', 'rmsprop', 'sgd', 'muon'),
     orthoadam_rotation=('hadamard', 'haar'),
     orthoadam_axes=('all', 'residual'),
     orthoadam_vocab_axis=('skip', 'rotate'),
@@ -200,9 +200,61 @@ def evaluate(model, path, meta, cfg, rank, world, device, autocast):
 
 
 # ----------------------------------------------------------------------------- optimiser / schedule
+class MuonWithAdamW:
+    """optimizer='muon': torch.optim.Muon on the weight matrices of the blocks, AdamW on the rest (embeddings and
+    LM head, norms, biases, attn_bias and sink vectors), stepped together as one optimizer."""
+
+    def __init__(self, muon, adamw):
+        self.muon, self.adamw = muon, adamw
+
+    @property
+    def param_groups(self):   # read each time: load_state_dict replaces the parts' group dicts
+        return self.muon.param_groups + self.adamw.param_groups
+
+    @property
+    def state(self):
+        return {**self.muon.state, **self.adamw.state}
+
+    def step(self):
+        self.muon.step()
+        self.adamw.step()
+
+    def zero_grad(self, set_to_none=True):
+        self.muon.zero_grad(set_to_none)
+        self.adamw.zero_grad(set_to_none)
+
+    def state_dict(self):
+        return {'muon': self.muon.state_dict(), 'adamw': self.adamw.state_dict()}
+
+    def load_state_dict(self, state):
+        self.muon.load_state_dict(state['muon'])
+        self.adamw.load_state_dict(state['adamw'])
+
+
+def muon_split(model):
+    """(Muon's parameters, AdamW's parameters) by name: the 2-D weights inside the blocks go to Muon (the
+    hidden matrices its authors orthogonalise), everything else to AdamW."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    muon = [(n, p) for n, p in named if n.startswith('transformer.h.') and p.dim() == 2]
+    return muon, [(n, p) for n, p in named if not (n.startswith('transformer.h.') and p.dim() == 2)]
+
+
 def configure_optimizer(model, cfg, device_type):
     """Weight decay on matrices only (not on norms, biases, other 1-D params), nanoGPT style."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if cfg['optimizer'] == 'muon':   # Keller Jordan's conventions: lr 0.02, momentum 0.95, Nesterov, update
+        muon, rest = muon_split(model)   # scaled by sqrt(max(1, rows / cols)); AdamW at learning_rate for the rest
+        opt = torch.optim.Muon([{'params': [p for _, p in muon], 'param_names': [n for n, _ in muon], 'muon': True}],
+                               lr=cfg['muon_lr'], weight_decay=cfg['weight_decay'], momentum=cfg['muon_momentum'],
+                               nesterov=True, adjust_lr_fn='original')
+        decay = [(n, p) for n, p in rest if p.dim() >= 2]
+        no_decay = [(n, p) for n, p in rest if p.dim() < 2]
+        adamw = torch.optim.AdamW(
+            [{'params': [p for _, p in decay], 'param_names': [n for n, _ in decay], 'weight_decay': cfg['weight_decay']},
+             {'params': [p for _, p in no_decay], 'param_names': [n for n, _ in no_decay], 'weight_decay': 0.0}],
+            lr=cfg['learning_rate'], betas=(cfg['beta1'], cfg['beta2']), eps=cfg['eps'],
+            fused=device_type in ('cuda', 'cpu'))
+        return MuonWithAdamW(opt, adamw)
     decay = [(n, p) for n, p in named if p.dim() >= 2]
     no_decay = [(n, p) for n, p in named if p.dim() < 2]
     groups = [{'params': [p for _, p in decay], 'param_names': [n for n, _ in decay], 'weight_decay': cfg['weight_decay']},
@@ -221,6 +273,12 @@ def configure_optimizer(model, cfg, device_type):
                        'weight_decay': cfg['weight_decay'], 'skip_axes': (0,)})
     return OrthoAdam(groups, lr=lr, betas=betas, eps=eps, rotation=cfg['orthoadam_rotation'],
                      axes=cfg['orthoadam_axes'], residual_dim=cfg['n_embd'], seed=cfg['orthoadam_seed'])
+
+
+def set_lr(optimizer, lr, cfg):
+    """The schedule's lr for every group; Muon's groups follow it in proportion (muon_lr at the peak)."""
+    for group in optimizer.param_groups:
+        group['lr'] = lr * cfg['muon_lr'] / cfg['learning_rate'] if group.get('muon') else lr
 
 
 def get_lr(it, cfg):
@@ -412,8 +470,7 @@ def train(cfg):
                 break
             # one optimisation step: accum micro-batches per rank, gradients all-reduced on the last only
             lr = get_lr(iter_num, cfg)
-            for group in optimizer.param_groups:
-                group['lr'] = lr
+            set_lr(optimizer, lr, cfg)
             for micro in range(accum):
                 if world > 1:
                     model.require_backward_grad_sync = micro == accum - 1

@@ -168,3 +168,37 @@ def test_iters_override_keeps_the_sgd_rows_factor(tmp_path):
     (adam,) = [line for line in r.stdout.splitlines() if 'table5/02_no_biases.py' in line]
     assert '--max_iters=320 ' in sgd and '--max_iters=40 ' in adam
     assert '--warmup_iters=2 ' in sgd and '--warmup_iters=2 ' in adam      # the same warmup for every row
+
+
+# the one thing each mitigations row changes against config/mitigations/base.py
+MITIGATIONS = {'01_vanilla': {}, '02_softmax1': {'attn': 'softmax1'}, '03_clipped': {'attn': 'clipped'},
+               '04_gated': {'attn': 'gated'}, '05_sigmoid': {'attn': 'sigmoid'}, '06_attn_bias': {'attn_bias': True},
+               '07_sink_token': {'sink_token': True}, '08_orthoadam': {'optimizer': 'orthoadam'},
+               '09_muon': {'optimizer': 'muon'}, '10_softmax1_orthoadam': {'attn': 'softmax1', 'optimizer': 'orthoadam'}}
+
+
+def test_mitigation_rows_differ_from_one_base_only_in_their_fix():
+    base = reproduce.resolve('mitigations/base', [])
+    assert (base['attn'], base['optimizer'], base['norm'], base['bias'], base['max_iters']) == (
+        'softmax', 'adamw', 'rmsnorm_single', False, 40_000)
+    rows = reproduce.TABLES['mitigations'].rows
+    assert [r.config.split('/')[1] for r in rows] == list(MITIGATIONS)
+    for row in rows:
+        cfg = paper(row.config)
+        assert {k: cfg[k] for k in differing(cfg, base)} == MITIGATIONS[row.config.split('/')[1]], row.config
+        assert row.paper == () and not any(c[4] for c in reproduce.TABLES['mitigations'].columns)
+
+
+def test_mitigations_smoke_sweep_of_the_rows_with_their_own_code_paths(bb, tmp_path):
+    """Sigmoid (eager attention), the sink token (one more position, sink metrics) and Muon (two optimizers)
+    train, analyse, quantise and render; the other rows share their code paths with tested ones."""
+    out = str(tmp_path / 'out')
+    r = sweep('mitigations', '--scale', 'smoke', '--rows', 'sigmoid', 'sink_token', 'muon', '--dataset', bb,
+              '--out', out, '--jobs', '2')
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.load(open(os.path.join(out, 'smoke', 'mitigations.json')))
+    assert [row['labels'][0] for row in doc['rows']] == ['05', '07', '09']
+    for row in doc['rows']:
+        assert all(v is not None for v in row['ours'].values()), row
+    md = open(os.path.join(out, 'smoke', 'mitigations.md')).read()
+    assert '| 09 | softmax | Muon |' in md and 'Sink mass' in md

@@ -1,0 +1,3 @@
+# Mitigations, row 1: vanilla (softmax, Adam).
+include('base.py')
+out_dir = 'out/mitigations/01_vanilla'
