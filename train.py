@@ -593,7 +593,7 @@ def open_run(cfg, ckpt_path, best_path):
     """Everything a run checks before it writes anything; read-only and the same on every rank, so a refused
     run leaves out_dir as it was: the data, the model config, what out_dir holds, and for a resume the
     checkpoint and the changes the resume makes. Returns (meta, paths, ckpt or None, changes, ckpt.pt's
-    file_state when it was read)."""
+    file_state when it was read), as a dict."""
     if cfg['init_from'] == 'auto':   # resume when out_dir holds a checkpoint, else start from scratch
         cfg['init_from'] = 'resume' if os.path.exists(ckpt_path) else 'scratch'
     if cfg['init_from'] == 'scratch' and not cfg['eval_only']:
@@ -618,7 +618,7 @@ def open_run(cfg, ckpt_path, best_path):
             changes = check_resume(cfg, ckpt, meta)
     else:   # the schedule's horizon is fixed when the run starts, and recorded
         cfg['lr_decay_iters'] = cfg['lr_decay_iters'] or cfg['max_iters']
-    return meta, paths, ckpt, changes, seen
+    return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen}
 
 
 def claim_out_dir(cfg, meta, paths, ckpt_path, seen):
@@ -642,7 +642,8 @@ def claim_out_dir(cfg, meta, paths, ckpt_path, seen):
 
 
 def ppl_text(ppl):
-    return f"{ppl:.2f}" if ppl < 1e6 else f"{ppl:.3g}"
+    """Perplexity for a progress line: evaluate() caps it at exp(700) (~1e304) to stay finite."""
+    return f"{ppl:.2f}" if ppl < 1e6 else f"{ppl:.3g}" if ppl < 1e304 else '>1e304'
 
 
 def train(cfg):
@@ -651,17 +652,20 @@ def train(cfg):
     master = rank == 0
     share = rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, rank)
     ckpt_path, best_path = os.path.join(cfg['out_dir'], 'ckpt.pt'), os.path.join(cfg['out_dir'], 'best.pt')
-    meta, paths, ckpt, changes, seen = collectively(open_run, cfg, ckpt_path, best_path)
-    lock = collectively(claim_out_dir, cfg, meta, paths, ckpt_path, seen) if master else collectively(lambda: None)
+    opened = collectively(open_run, cfg, ckpt_path, best_path)
+    lock = (collectively(claim_out_dir, cfg, opened['meta'], opened['paths'], ckpt_path, opened['seen']) if master
+            else collectively(lambda: None))
     with contextlib.ExitStack() as cleanup:
         if lock is not None:
             cleanup.callback(os.close, lock)   # closing the file releases the lock
-        return run(cfg, rank, local_rank, world, device, device_type, share, meta, paths, ckpt, changes, cleanup)
+        return run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanup)
 
 
-def run(cfg, rank, local_rank, world, device, device_type, share, meta, paths, ckpt, changes, cleanup):
+def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanup):
     """The training loop of train(), once the run is checked and (rank 0) holds out_dir."""
     master = rank == 0
+    meta, paths, changes = opened['meta'], opened['paths'], opened['changes']
+    ckpt = opened.pop('ckpt')   # no reference left elsewhere: its memory goes with `del ckpt` below
     ckpt_path, best_path = os.path.join(cfg['out_dir'], 'ckpt.pt'), os.path.join(cfg['out_dir'], 'best.pt')
     tokens_per_iter = cfg['gradient_accumulation_steps'] * cfg['batch_size'] * cfg['block_size']
 

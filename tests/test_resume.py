@@ -44,17 +44,17 @@ def test_resume_runs_and_records_changed_optimizer_hyperparameters(bigram_data, 
     assert code == 0, err
     new = {c[2:].split('=')[0]: float(c.split('=')[1]) for c in changes}
     ckpt = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)
-    saved = json.load(open(os.path.join(out, 'config.json')))
-    logged = {e['key']: e['new'] for e in events(out, 'resume_change')}
-    for key, value in new.items():
-        assert f"changed on resume: {key} " in stdout and f" -> {value!r}" in stdout
-        assert saved[key] == ckpt['config'][key] == logged[key] == value
-    cfg = dict(ckpt['config'])
     from model import GPT, GPTConfig
+    cfg = dict(ckpt['config'], **new)
     reference = train.configure_optimizer(GPT(GPTConfig(**ckpt['model_args'])), cfg, 'cpu').state_dict()['param_groups']
     for got, want in zip(ckpt['optimizer']['param_groups'], reference):
         for k in set(want) - {'params', 'lr', 'initial_lr'}:
             assert got[k] == want[k], (k, got[k], want[k])
+    saved = json.load(open(os.path.join(out, 'config.json')))
+    logged = {e['key']: e['new'] for e in events(out, 'resume_change')}
+    for key, value in new.items():
+        assert saved[key] == ckpt['config'][key] == logged[key] == value
+        assert f"changed on resume: {key} " in stdout and f" -> {value!r}" in stdout
 
 
 @pytest.mark.parametrize('start,change,key', [
