@@ -260,38 +260,49 @@ def check_tokens(x, vocab_size, where):
                             f"the data was prepared with another tokenizer (re-run prepare_c4.py or set --vocab_size)")
 
 
-def split_max_token(path, meta, split):
-    """The largest token id of a whole split file, read in chunks (progress on stderr for big files). The
-    result is cached in <data>/.verified.json under the file's identity (size, mtime, meta.json's sha256), so
-    a file is read once; a read-only data folder is read at every start."""
+SCAN_CHUNK = 1 << 26   # tokens per read when checking a split's token ids
+
+
+def split_max_token(path, meta, split, rank=0, world=1, device='cpu'):
+    """The largest token id of a whole split file. Collective: the ranks read interleaved chunks of 2^26
+    tokens (rank 0 shows progress for big files) and all-reduce the maximum, so no rank waits long for
+    another. The result is cached in <data>/.verified.json under the file's identity (size, mtime,
+    meta.json's sha256), so a file is read once; a read-only data folder is read at every start."""
     st, name = os.stat(path), os.path.basename(path)
     identity = {'size': st.st_size, 'mtime_ns': st.st_mtime_ns, 'sha256': meta['splits'][split].get('sha256')}
     stamp_path = os.path.join(os.path.dirname(path), '.verified.json')
     stamps = read_json(Path(stamp_path))
     entry = stamps.get(name)
-    if isinstance(entry, dict) and {k: entry.get(k) for k in identity} == identity:
+    cached = isinstance(entry, dict) and {k: entry.get(k) for k in identity} == identity
+    if world > 1:   # one decision for all ranks (another run may write the stamp meanwhile)
+        cached = not any_rank(torch.tensor(not cached, device=device))
+    if cached:
         return entry['max_token_id']
-    data, chunk, top = memmap(path, meta), 1 << 26, 0
+    data, chunk, top = memmap(path, meta), SCAN_CHUNK, 0
     progress = Progress(f"checking token ids of {path}", target_tokens=len(data), unit='chunks')
-    for i, lo in enumerate(range(0, len(data), chunk)):
+    for i, lo in enumerate(range(rank * chunk, len(data), world * chunk)):
         top = max(top, int(data[lo:lo + chunk].max()))
-        progress.update(i + 1, min(lo + chunk, len(data)))
-    if time.time() - progress.t0 > 2:
+        if rank == 0:
+            progress.update(i + 1, min(lo + world * chunk, len(data)))
+    top = int(all_reduce(torch.tensor(top, device=device), dist.ReduceOp.MAX).item())
+    if rank == 0 and time.time() - progress.t0 > 2:
         progress.done(f"max id {top}")
-    stamps[name] = dict(identity, max_token_id=top)
-    try:   # a unique temporary name: runs starting together on one data folder do not collide
-        with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), prefix='.verified.', delete=False) as f:
-            json.dump(stamps, f, indent=1)
-        os.replace(f.name, stamp_path)
-    except OSError:
-        pass
+    if rank == 0:
+        stamps[name] = dict(identity, max_token_id=top)
+        try:   # a unique temporary name: runs starting together on one data folder do not collide
+            with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), prefix='.verified.', delete=False) as f:
+                json.dump(stamps, f, indent=1)
+            os.replace(f.name, stamp_path)
+        except OSError:
+            pass
     return top
 
 
-def verify_tokens(path, meta, split, vocab_size):
+def verify_tokens(path, meta, split, vocab_size, rank=0, world=1, device='cpu'):
     """Before the first step: every token id of the split is < vocab_size and the file holds what meta.json
-    says it holds (its max id, where prepare_c4.py recorded one). Raises a one-line TrainingError."""
-    top = split_max_token(path, meta, split)
+    says it holds (its max id, where prepare_c4.py recorded one). Collective (see split_max_token): every
+    rank raises the same one-line TrainingError."""
+    top = split_max_token(path, meta, split, rank, world, device)
     recorded = meta['splits'][split].get('max_token_id')
     command = prepare_command(meta.get('args') or {}, os.path.dirname(path))
     redo = (f"prepare it again: {command}" if command else
@@ -301,8 +312,8 @@ def verify_tokens(path, meta, split, vocab_size):
                             f"after it was prepared: {redo}")
     if top >= vocab_size:
         data, first = memmap(path, meta), None
-        for lo in range(0, len(data), 1 << 26):
-            hits = np.flatnonzero(np.asarray(data[lo:lo + (1 << 26)]) >= vocab_size)
+        for lo in range(0, len(data), SCAN_CHUNK):
+            hits = np.flatnonzero(np.asarray(data[lo:lo + SCAN_CHUNK]) >= vocab_size)
             if len(hits):
                 first = lo + int(hits[0])
                 break
@@ -621,12 +632,15 @@ def open_run(cfg, ckpt_path, best_path):
     return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen}
 
 
-def claim_out_dir(cfg, meta, paths, ckpt_path, seen):
-    """Rank 0, before the first step: the token ids of the data; then (unless eval_only) the lock on out_dir,
-    a check that no other run changed ckpt.pt meanwhile, leftovers of killed saves, and config.json.
-    Returns the lock's file descriptor (None for eval_only)."""
+def check_data(cfg, meta, paths, rank, world, device):
+    """Every token id of the splits this run reads, before the first step (collective)."""
     for split in ('val',) if cfg['eval_only'] else ('train', 'val'):
-        verify_tokens(paths[split], meta, split, cfg['vocab_size'])
+        verify_tokens(paths[split], meta, split, cfg['vocab_size'], rank, world, device)
+
+
+def claim_out_dir(cfg, ckpt_path, seen):
+    """Rank 0, before the first write: the lock on out_dir, a check that no other run changed ckpt.pt
+    meanwhile, leftovers of killed saves, config.json. Returns the lock's file descriptor (None: eval_only)."""
     if cfg['eval_only']:
         return None
     fd = lock_out_dir(cfg['out_dir'])
@@ -653,8 +667,8 @@ def train(cfg):
     share = rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, rank)
     ckpt_path, best_path = os.path.join(cfg['out_dir'], 'ckpt.pt'), os.path.join(cfg['out_dir'], 'best.pt')
     opened = collectively(open_run, cfg, ckpt_path, best_path)
-    lock = (collectively(claim_out_dir, cfg, opened['meta'], opened['paths'], ckpt_path, opened['seen']) if master
-            else collectively(lambda: None))
+    collectively(check_data, cfg, opened['meta'], opened['paths'], rank, world, device)
+    lock = collectively(claim_out_dir, cfg, ckpt_path, opened['seen']) if master else collectively(lambda: None)
     with contextlib.ExitStack() as cleanup:
         if lock is not None:
             cleanup.callback(os.close, lock)   # closing the file releases the lock

@@ -339,6 +339,25 @@ def test_data_is_checked_once_per_file_identity(tmp_path, monkeypatch):
         train.verify_tokens(path, meta, 'train', 64)
 
 
+def test_ranks_read_disjoint_chunks_of_a_split(tmp_path, monkeypatch):
+    """split_max_token on N ranks: rank r reads chunks r, r+N, ... (the all-reduce, a no-op here, takes the max)."""
+    data = write_dataset(str(tmp_path / 'd'), vocab_size=64, n_train=5000, n_val=2000)
+    path = os.path.join(data, 'train.bin')
+    ids = np.fromfile(path, dtype=np.uint16)
+    ids[:] = ids % 10
+    ids[1500], ids[2700] = 70, 80                               # chunk 1 (rank 1 of 2) and chunk 2 (rank 0)
+    ids.tofile(path)
+    meta = json.load(open(os.path.join(data, 'meta.json')))
+    monkeypatch.setattr(train, 'SCAN_CHUNK', 1000)
+    partial = []
+    for rank in (0, 1):
+        partial.append(train.split_max_token(path, meta, 'train', rank, 2))
+        if os.path.exists(os.path.join(data, '.verified.json')):   # rank 0 wrote its part: not a real result
+            os.remove(os.path.join(data, '.verified.json'))
+    assert partial == [80, 70]
+    assert train.split_max_token(path, meta, 'train') == 80
+
+
 def test_more_ranks_than_micro_batches_split_each_micro_batch(bigram_data):
     """rank_share: the ranks' rows of an iteration are exactly the one-process batch, whichever way it is cut."""
     cfg = config(bigram_data, 'unused')
