@@ -56,6 +56,7 @@ import ast
 import base64
 import glob
 import hashlib
+import inspect
 import json
 import multiprocessing
 import os
@@ -388,7 +389,7 @@ class Progress:
 def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
                 max_tokens: int | None = None, max_docs: int | None = None) -> dict:
     """Encode texts into path (via path.tmp, renamed when complete). Stops after max_docs documents or
-    after the document that reaches max_tokens. Returns {"documents", "tokens", "sha256"}."""
+    after the document that reaches max_tokens. Returns {"documents", "tokens", "sha256", "max_token_id"}."""
     tmp = path.with_name(path.name + ".tmp")
     progress = Progress(path.stem, max_tokens, max_docs or (len(texts) if isinstance(texts, list) else None))
     sha, docs, tokens, top = hashlib.sha256(), 0, 0, 0
@@ -448,9 +449,9 @@ def prepare_command(args: dict, out_dir) -> str | None:
     elif source == "offline":
         cmd += ["--source", "offline", "--tokenizer", args["tokenizer"]]
         cmd += [x for k in ("max_docs", "train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
-    elif source == "bigram_backcopy":
-        defaults = {"vocab": 64, "triggers": 12, "alpha": 0.1, "doc_len": 256, "train_docs": 40_000, "seed": 0}
-        if any(args.get(k) != v for k, v in defaults.items()):
+    elif source == "bigram_backcopy":   # the command line sets only val_docs; the rest must be the defaults
+        defaults = inspect.signature(prepare_bigram_backcopy).parameters
+        if any(args.get(k) != defaults[k].default for k in args if k not in ("source", "val_docs")):
             return None
         cmd += ["--source", "bigram_backcopy", "--val_docs", str(args["val_docs"])]
     else:

@@ -399,3 +399,11 @@ def test_an_unreadable_shard_is_named(damage, shards, tmp_path, capsys):
                           "--num_proc", "1"], capsys)
     last = err.strip().splitlines()[-1]
     assert code == 2 and last.startswith("error: ") and f"shard {bad} as C4 JSON lines" in last, err
+
+
+def test_prepare_command_for_the_synthetic_task_only_when_the_command_line_can_make_it():
+    args = {"source": "bigram_backcopy", "vocab": 64, "triggers": 12, "alpha": 0.1, "doc_len": 256,
+            "train_docs": 40_000, "val_docs": 200, "seed": 0}
+    assert prepare_c4.prepare_command(args, "d") == "python prepare_c4.py --source bigram_backcopy --val_docs 200 --out_dir d"
+    assert prepare_c4.prepare_command(dict(args, triggers=3), "d") is None      # made from Python: no such flag
+    assert prepare_c4.prepare_command({}, "d") is None
