@@ -599,6 +599,12 @@ def main(argv=None):
         specs = args.ckpt + args.init_from
         if not specs:
             p.error('nothing to analyse: give --ckpt PATH..., --init_from NAME... or --table JSON...')
+        for c in args.ckpt:   # --ckpt is a train.py checkpoint; Hugging Face names go to --init_from
+            if not os.path.exists(c):
+                raise ValueError(f"--ckpt {c}: not found, no such file or folder (--ckpt takes a train.py checkpoint "
+                                 f"or its out_dir)")
+            if os.path.isdir(c) and not os.path.isfile(os.path.join(c, 'ckpt.pt')):
+                raise ValueError(f"--ckpt {c}: the folder holds no ckpt.pt (pass best.pt's path for the best checkpoint)")
         if args.json and args.json.endswith('.json') and len(specs) > 1:
             raise ValueError(f"--json {args.json} is one file but {len(specs)} models were given: pass a folder")
         if args.batch_size < 1:

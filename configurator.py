@@ -8,12 +8,15 @@ imported modules are ignored, so a file may compute values). A file may call inc
 relative to its own folder, to start from another file's settings and state only its differences.
 Several files may be given; later ones win, then the overrides. Every key must exist in the defaults
 (unknown keys are errors that suggest the closest known keys), every value must have the default's type (an int is accepted for a float;
-a key whose default is None accepts anything) and keys with choices must take one of them.
+a key whose default is None accepts anything), keys with choices must take one of them and keys with a range
+must lie in it. A range is written as an interval: '[1, inf)' (>= 1), '(0, inf)' (> 0), '[0, 1)'.
 """
 import ast
 import difflib
 import json
+import math
 import os
+import re
 import types
 
 
@@ -33,7 +36,22 @@ def _parse_value(text):
         return text   # a bare word such as --optimizer=orthoadam is a string
 
 
-def _check(key, value, defaults, choices, origin):
+def parse_range(spec):
+    """'[1, inf)' -> (1.0, inf, True, False): lower, upper, whether each end is included."""
+    m = re.fullmatch(r"\s*([\[(])\s*([^,\s]+)\s*,\s*([^\])\s]+)\s*([\])])\s*", spec)
+    if not m:
+        raise ValueError(f"range {spec!r} must look like '[0, 1)' or '(0, inf)'")
+    return float(m.group(2)), float(m.group(3)), m.group(1) == '[', m.group(4) == ']'
+
+
+def in_range(value, spec):
+    lo, hi, lo_closed, hi_closed = parse_range(spec)
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return (lo <= value if lo_closed else lo < value) and (value <= hi if hi_closed else value < hi)
+
+
+def _check(key, value, defaults, choices, origin, ranges=None):
     if key not in defaults:
         raise ConfigError(f"unknown config key '{key}' in {origin}{_suggest(key, list(defaults))}")
     default = defaults[key]
@@ -49,6 +67,8 @@ def _check(key, value, defaults, choices, origin):
                               f"got {type(value).__name__} {value!r}")
     if key in choices and value not in choices[key]:
         raise ConfigError(f"config key '{key}' in {origin} must be one of {', '.join(map(repr, choices[key]))}, got {value!r}")
+    if ranges and key in ranges and not in_range(value, ranges[key]):
+        raise ConfigError(f"config key '{key}' in {origin} must be in {ranges[key]}, got {value!r}")
     return value
 
 
@@ -78,22 +98,35 @@ def read_config_file(path, _including=()):
             if not k.startswith('_') and not isinstance(v, (types.ModuleType, types.FunctionType, type))}
 
 
-def load_config(defaults, argv, choices=None):
-    """Resolve the configuration from `defaults` (dict), then files and --key=value items in `argv`."""
+def load_config(defaults, argv, choices=None, ranges=None):
+    """Resolve the configuration from `defaults` (dict), then files and --key=value items in `argv`.
+    choices: key -> allowed values; ranges: key -> interval such as '[1, inf)'."""
     choices = choices or {}
     config = dict(defaults)
-    for key in choices:
-        _check(key, config[key], defaults, choices, 'defaults')
+    for key in set(choices) | set(ranges or {}):
+        _check(key, config[key], defaults, choices, 'defaults', ranges)
     for arg in argv:
         if arg.startswith('--'):
             key, sep, text = arg[2:].partition('=')
             if not sep:
-                raise ConfigError(f"override '{arg}' must look like --key=value")
-            config[key] = _check(key, _parse_value(text), defaults, choices, 'the command line')
+                raise ConfigError(f"override '{arg}' must look like --key=value (--help lists the keys)")
+            config[key] = _check(key, _parse_value(text), defaults, choices, 'the command line', ranges)
         else:
             for key, value in read_config_file(arg).items():
-                config[key] = _check(key, value, defaults, choices, arg)
+                config[key] = _check(key, value, defaults, choices, arg, ranges)
     return config
+
+
+def describe(defaults, meanings, choices=None, ranges=None):
+    """One line per key: its default, its meaning, and its allowed values or range (for --help)."""
+    choices, ranges = choices or {}, ranges or {}
+    width = max(len(f"{k}={v!r}") for k, v in defaults.items())
+    lines = []
+    for key, default in defaults.items():
+        allowed = (f"; one of {', '.join(map(repr, choices[key]))}" if key in choices
+                   else f"; in {ranges[key]}" if key in ranges else '')
+        lines.append(f"  {f'{key}={default!r}':<{width}}  {meanings.get(key, '')}{allowed}")
+    return '\n'.join(lines)
 
 
 def save_config(config, path):

@@ -21,9 +21,10 @@ Output format (format 1), in --out_dir:
     meta.json           {"format": 1, "tokenizer": "gpt2" | "bytes" | "<path>.tiktoken",
                          "vocab_size": int, "eot_token": int, "dtype": "uint16" | "uint32",
                          "source": str, "stand_in_for_c4": bool, "description": str,
-                         "splits": {"train": {"documents", "tokens", "sha256"}, "val": {...}},
+                         "splits": {"train": {"documents", "tokens", "sha256", "max_token_id"}, "val": {...}},
                          "args": {the arguments that determine the content}}
-                        tokens == file size / itemsize; sha256 is of the .bin file.
+                        tokens == file size / itemsize; sha256 is of the .bin file; max_token_id is its
+                        largest token id (train.py checks the file against it; older folders lack it).
 A folder without meta.json is not prepared data: splits are written to SPLIT.bin.tmp and renamed
 when complete, and meta.json is written last. Finished splits are recorded in .progress.json, so
 re-running the same command after an interruption skips them. Re-running with different arguments
@@ -55,10 +56,12 @@ import ast
 import base64
 import glob
 import hashlib
+import inspect
 import json
 import multiprocessing
 import os
 import re
+import shlex
 import signal
 import sys
 import sysconfig
@@ -242,29 +245,33 @@ def find_c4_shards(patterns: list[str]) -> dict[str, list[str]]:
 
 
 def c4_texts(split: str, shards: dict[str, list[str]] | None) -> Iterator[str]:
-    """Texts of C4 en `split` ("train"/"val"), streamed from the hub (shards None) or local shards."""
+    """Texts of C4 en `split` ("train"/"val"), streamed from the hub (shards None) or local shards, one shard
+    at a time in order (so that an unreadable shard is named in the error)."""
     import datasets
     c4_split = {"train": "train", "val": "validation"}[split]
-    try:
-        if shards is None:
-            ds = datasets.load_dataset("allenai/c4", "en", split=c4_split, streaming=True)
-        else:
-            ds = datasets.load_dataset("json", data_files={c4_split: shards[split]}, split=c4_split, streaming=True)
-        # only the text column, in batches: decoding every record's timestamp and url one by one
-        # costs more than the JSON parsing
-        for batch in ds.select_columns(["text"]).iter(batch_size=CHUNK_DOCS):
-            if not all(isinstance(text, str) for text in batch["text"]):
-                raise PrepareError(f"C4 {c4_split} record without a 'text' string; "
-                                   "C4 shards are JSON lines with a 'text' field")
-            yield from batch["text"]
-    except PrepareError:
-        raise
-    except Exception as e:
-        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        if shards is None:
-            raise PrepareError(f"cannot stream allenai/c4 from the Hugging Face hub ({msg}); without network "
-                               "pass --data_files DIR with local C4 shards, or --source offline") from None
-        raise PrepareError(f"cannot read the --data_files {c4_split} shards as C4 JSON lines ({msg})") from None
+    for shard in [None] if shards is None else shards[split]:
+        where = f"the --data_files {c4_split} shard {shard}"
+        try:
+            if shard is None:
+                ds = datasets.load_dataset("allenai/c4", "en", split=c4_split, streaming=True)
+            else:
+                ds = datasets.load_dataset("json", data_files={c4_split: [shard]}, split=c4_split, streaming=True)
+            # only the text column, in batches: decoding every record's timestamp and url one by one
+            # costs more than the JSON parsing
+            for batch in ds.select_columns(["text"]).iter(batch_size=CHUNK_DOCS):
+                if not all(isinstance(text, str) for text in batch["text"]):
+                    raise PrepareError(f"C4 {c4_split} record without a 'text' string" + (f" in {shard}" if shard else "")
+                                       + "; C4 shards are JSON lines with a 'text' field")
+                yield from batch["text"]
+        except PrepareError:
+            raise
+        except Exception as e:
+            msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            if shard is None:
+                raise PrepareError(f"cannot stream allenai/c4 from the Hugging Face hub ({msg}); without network "
+                                   "pass --data_files DIR with local C4 shards, or --source offline") from None
+            raise PrepareError(f"cannot read {where} as C4 JSON lines ({msg}); the file is corrupt or not a C4 "
+                               "shard: replace it and run the same command again") from None
 
 
 # ----------------------------------------------------------------------------- offline stand-in corpus
@@ -382,10 +389,10 @@ class Progress:
 def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
                 max_tokens: int | None = None, max_docs: int | None = None) -> dict:
     """Encode texts into path (via path.tmp, renamed when complete). Stops after max_docs documents or
-    after the document that reaches max_tokens. Returns {"documents", "tokens", "sha256"}."""
+    after the document that reaches max_tokens. Returns {"documents", "tokens", "sha256", "max_token_id"}."""
     tmp = path.with_name(path.name + ".tmp")
     progress = Progress(path.stem, max_tokens, max_docs or (len(texts) if isinstance(texts, list) else None))
-    sha, docs, tokens = hashlib.sha256(), 0, 0
+    sha, docs, tokens, top = hashlib.sha256(), 0, 0, 0
     stream = encode_stream(texts, tok, num_proc)
     try:
         with open(tmp, "wb") as f:
@@ -395,7 +402,9 @@ def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
                     keep = min(keep, max_docs - docs)
                 if max_tokens is not None:
                     keep = min(keep, int(np.searchsorted(np.cumsum(lengths), max_tokens - tokens)) + 1)
-                buf = ids[:int(lengths[:keep].sum())].tobytes()
+                kept = ids[:int(lengths[:keep].sum())]
+                buf = kept.tobytes()
+                top = max(top, int(kept.max())) if len(kept) else top
                 f.write(buf)
                 sha.update(buf)
                 docs, tokens = docs + keep, tokens + len(buf) // ids.itemsize
@@ -411,7 +420,7 @@ def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
         tmp.unlink(missing_ok=True)
         raise
     progress.done()
-    return {"documents": docs, "tokens": tokens, "sha256": sha.hexdigest()}
+    return {"documents": docs, "tokens": tokens, "sha256": sha.hexdigest(), "max_token_id": top}
 
 
 def write_json(path, obj, indent=2):
@@ -429,19 +438,52 @@ def read_json(path: Path) -> dict:
         return {}
 
 
+def prepare_command(args: dict, out_dir) -> str | None:
+    """The prepare_c4.py command line that writes out_dir with these recorded arguments (meta.json "args"),
+    or None when they cannot come from the command line (e.g. a call from Python with other settings)."""
+    source, cmd = args.get("source"), ["python", "prepare_c4.py"]
+    if source == "c4":
+        cmd += ["--data_files", *args["data_files"]] if args.get("data_files") else []
+        cmd += ["--tokenizer", args["tokenizer"], "--train_tokens", str(args["train_tokens"]),
+                "--val_docs", str(args["val_docs"])]
+    elif source == "offline":
+        cmd += ["--source", "offline", "--tokenizer", args["tokenizer"]]
+        cmd += [x for k in ("max_docs", "train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
+    elif source == "bigram_backcopy":   # the command line sets only val_docs; the rest must be the defaults
+        defaults = inspect.signature(prepare_bigram_backcopy).parameters
+        if any(args.get(k) != defaults[k].default for k in args if k not in ("source", "val_docs")):
+            return None
+        cmd += ["--source", "bigram_backcopy", "--val_docs", str(args["val_docs"])]
+    else:
+        return None
+    return shlex.join(cmd + ["--out_dir", str(out_dir)])
+
+
+def _again(d: Path, args) -> str:
+    """How to prepare folder d again: the recorded command, else a pointer to it."""
+    command = prepare_command(args, d) if isinstance(args, dict) else None
+    return (f"prepare it again: {command}" if command else
+            f"prepare it again with the prepare_c4.py command that made it and --out_dir {d}")
+
+
 def load_meta(data_dir) -> dict:
     """meta.json of a prepared folder, after checking the .bin files match it. Raises ValueError."""
     d = Path(data_dir)
     hint = "run python prepare_c4.py (or python prepare_c4.py --source offline)"
     if not (d / "meta.json").is_file():
+        progress = read_json(d / ".progress.json").get("args")
+        if progress is not None:
+            raise ValueError(f"{d} is not a prepared dataset yet (no meta.json: its preparation was interrupted); "
+                             f"{_again(d, progress)}")
         raise ValueError(f"{d} is not a prepared dataset (no meta.json): {hint} --out_dir {d}")
     try:
         meta = json.loads((d / "meta.json").read_text())
     except ValueError as e:
         raise ValueError(f"{d / 'meta.json'} is not valid JSON ({e}): {hint} --force --out_dir {d}") from None
+    again = _again(d, meta.get("args") if isinstance(meta, dict) else None)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{d / 'meta.json'}: unknown format {meta.get('format') if isinstance(meta, dict) else meta!r} "
-                         f"(this code reads format {FORMAT}): re-run prepare_c4.py --force --out_dir {d}")
+                         f"(this code reads format {FORMAT}): {again} --force")
     if meta.get("dtype") not in ("uint16", "uint32"):
         raise ValueError(f"{d / 'meta.json'}: dtype {meta.get('dtype')!r} is not uint16 or uint32")
     itemsize = np.dtype(meta["dtype"]).itemsize
@@ -456,11 +498,11 @@ def load_meta(data_dir) -> dict:
         if not isinstance(tokens, int):
             raise ValueError(f"{d / 'meta.json'}: no token count for the {split} split")
         if not path.is_file() or path.stat().st_size == 0:
-            raise ValueError(f"{path} is missing or empty: re-run prepare_c4.py --out_dir {d}")
+            raise ValueError(f"{path} is missing or empty: {again}")
         size = path.stat().st_size
         if size % itemsize or size != tokens * itemsize:
             raise ValueError(f"{path} has {size} bytes but meta.json says {tokens} tokens of "
-                             f"{meta['dtype']}: the file is truncated or stale, re-run prepare_c4.py --force --out_dir {d}")
+                             f"{meta['dtype']}: the file is truncated or stale, {again}")
     return meta
 
 

@@ -77,8 +77,8 @@ SCALES = {
         max_docs=8, batch_size=4),
 }
 # keys that do not change what a run computes: runs equal in everything else are one run
-NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'always_save_checkpoint', 'wandb_log',
-                'wandb_project', 'wandb_run_name', 'compile', 'device')
+NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'always_save_checkpoint', 'divergence_factor',
+                'wandb_log', 'wandb_project', 'wandb_run_name', 'compile', 'device')
 
 
 def scaled_overrides(cfg, scale: Scale, steps: int):
@@ -245,10 +245,10 @@ class Run:
 
 def resolve(config, overrides):
     """The training config train.py would use for config/<config>.py and the overrides."""
-    from train import CHOICES, DEFAULTS   # imports torch: only when planning
+    from train import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
     path = os.path.join(ROOT, 'config', f'{config}.py')
     try:
-        return load_config(DEFAULTS, [path] + overrides, CHOICES)
+        return load_config(DEFAULTS, [path] + overrides, CHOICES, RANGES)
     except ConfigError as e:
         raise SweepError(str(e)) from None
 

@@ -3,35 +3,45 @@
     python train.py config/tiny_cpu.py                        # CPU, under a minute
     python train.py config/gpt2_130m.py --attn=softmax1 --optimizer=orthoadam
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_130m.py
+    torchrun --standalone --nproc_per_node=2 train.py config/tiny_cpu.py   # 2 CPU processes (gloo)
     python train.py config/gpt2_130m.py --init_from=resume    # continue exactly where it stopped
+    python train.py --help                                    # every config key, its default and meaning
 
 Every key of DEFAULTS below can be set in a config file or as --key=value (see README, "Config keys").
-Outputs in out_dir: ckpt.pt (checkpoint), config.json (resolved config), log.jsonl (one JSON event
-per line). SIGINT/SIGTERM write a checkpoint and exit; a non-finite loss stops without writing one.
+Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.pt (lowest validation
+loss so far), config.json (resolved config), log.jsonl (one JSON event per line), .lock (held while a
+run uses the folder). SIGINT/SIGTERM write a checkpoint and exit; a non-finite loss or a diverging
+validation loss stops without writing one. README "Guarantees" lists what a run promises.
 """
 import contextlib
+import fcntl
+import glob
 import json
 import math
 import os
+import re
 import signal
+import socket
 import sys
+import tempfile
 import time
 from dataclasses import asdict, fields
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from configurator import ConfigError, load_config, save_config
+from configurator import ConfigError, describe, load_config, save_config
 from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig
 from orthoadam import OrthoAdam
-from prepare_c4 import duration, eot_offsets, load_meta
+from prepare_c4 import Progress, duration, eot_offsets, load_meta, prepare_command, read_json
 
 DEFAULTS = dict(
     # I/O
     out_dir='out', init_from='scratch', eval_interval=1000, eval_tokens=1_048_576, eval_only=False,
-    log_interval=10, always_save_checkpoint=True,
+    log_interval=10, always_save_checkpoint=True, divergence_factor=10.0,
     wandb_log=False, wandb_project='softmax1-orthoadam', wandb_run_name='run',
     # data: data/<dataset>/{train,val}.bin + meta.json (an absolute path works too)
     dataset='c4', batch_size=32, gradient_accumulation_steps=16,   # global accumulation over all ranks
@@ -44,7 +54,7 @@ DEFAULTS = dict(
     optimizer='adamw', learning_rate=1e-3, weight_decay=0.0, beta1=0.9, beta2=0.999, eps=1e-8,
     momentum=0.9, grad_clip=1.0, muon_lr=0.02, muon_momentum=0.95,
     orthoadam_rotation='hadamard', orthoadam_axes='residual', orthoadam_vocab_axis='skip', orthoadam_seed=0,
-    # schedule: linear warmup, cosine decay to min_lr at lr_decay_iters (0 = max_iters)
+    # schedule: linear warmup, cosine decay to min_lr at lr_decay_iters (0 = max_iters of the run's start)
     max_iters=40000, warmup_iters=2000, lr_decay_iters=0, min_lr=1e-4, decay_lr=True,
     # system
     device='auto', dtype='auto', compile=True, seed=1337,
@@ -59,6 +69,80 @@ CHOICES = dict(
     orthoadam_vocab_axis=('skip', 'rotate'),
     dtype=('auto', 'float32', 'bfloat16', 'float16'),
 )
+# the valid interval of every numeric key (configurator.py checks them)
+RANGES = dict(
+    eval_interval='[1, inf)', eval_tokens='[1, inf)', log_interval='[1, inf)', divergence_factor='[0, inf)',
+    batch_size='[1, inf)', gradient_accumulation_steps='[1, inf)',
+    n_layer='[1, inf)', n_head='[1, inf)', n_embd='[1, inf)', block_size='[1, inf)', vocab_size='[0, inf)',
+    dropout='[0, 1)', causal_free_prefix='[0, inf)',
+    learning_rate='(0, inf)', weight_decay='[0, inf)', beta1='[0, 1)', beta2='[0, 1)', eps='(0, inf)',
+    momentum='[0, 1)', grad_clip='[0, inf)', orthoadam_seed='[0, inf)',
+    max_iters='[1, inf)', warmup_iters='[0, inf)', lr_decay_iters='[0, inf)', min_lr='[0, inf)',
+    seed='[0, 4294967295]', clip_gamma='(-inf, 0]', clip_zeta='[1, inf)', muon_lr='(0, inf)', muon_momentum='[0, 1)',
+)
+# one line per key for --help (the README's table says the same at more length)
+HELP = dict(
+    out_dir='folder of ckpt.pt, best.pt, config.json, log.jsonl',
+    init_from="'scratch' (refuses a folder with a checkpoint), 'resume' (continue ckpt.pt), 'auto' (resume if it exists)",
+    eval_interval='evaluate every N iterations and at the end',
+    eval_tokens='validation tokens per evaluation (a fixed prefix of val.bin)',
+    eval_only='evaluate ckpt.pt of out_dir and exit',
+    log_interval='progress line and log.jsonl event every N iterations',
+    always_save_checkpoint='write ckpt.pt at every evaluation (False: only when val loss improves, and at the end)',
+    divergence_factor='stop (exit 2, no checkpoint written) when val perplexity > factor x the best so far; 0 = off',
+    wandb_log='also log the events to wandb', wandb_project='wandb project', wandb_run_name='wandb run name',
+    dataset='prepared data folder data/<dataset>, or a path (prepare_c4.py)',
+    batch_size='sequences per micro-batch (split over ranks when there are more ranks than micro-batches)',
+    gradient_accumulation_steps='micro-batches per iteration over all ranks',
+    windows="where training windows start: 'random' (anywhere) or 'document' (at a document's eot, a BOS)",
+    n_layer='transformer blocks', n_head='attention heads', n_embd='residual stream width',
+    block_size='training sequence length', vocab_size='0 = from meta.json (padded to a multiple of 64)',
+    dropout='dropout on embeddings, attention and residual branches',
+    bias='biases in Linear layers and LayerNorm', attn='attention normalisation', norm='normalisation layer',
+    pos_emb='position encoding', mlp='feed-forward block',
+    causal_free_prefix='the first k tokens attend to each other without causal mask',
+    clip_gamma="attn='clipped': clip((zeta - gamma) softmax + gamma, 0, 1), gamma <= 0",
+    clip_zeta="attn='clipped': the stretch's upper end, zeta >= 1",
+    sigmoid_bias="attn='sigmoid': b in sigmoid(s + b); None = -log(block_size)",
+    attn_bias='a learnt key and value per head and layer that every query also sees',
+    sink_token='a learnt embedding prepended at position 0 of every window (the loss ignores it)',
+    optimizer='optimiser', learning_rate='peak learning rate', weight_decay='weight decay on matrices',
+    beta1='Adam first-moment decay', beta2="Adam second-moment decay (RMSProp's alpha)", eps='Adam/RMSProp epsilon',
+    momentum='SGD and RMSProp momentum (0 = none)', grad_clip='global gradient-norm clipping (0 = off)',
+    muon_lr="optimizer='muon': peak lr of Muon's matrices (the rest: learning_rate)",
+    muon_momentum="optimizer='muon': Muon's (Nesterov) momentum",
+    orthoadam_rotation='OrthoAdam per-axis rotation', orthoadam_axes='OrthoAdam: rotate the residual axes or all',
+    orthoadam_vocab_axis="OrthoAdam with axes='all': the embedding's vocabulary axis",
+    orthoadam_seed='seed of the OrthoAdam rotations',
+    max_iters='iterations to train', warmup_iters='linear warmup iterations',
+    lr_decay_iters='cosine reaches min_lr here (0 = max_iters when the run starts; a resume keeps it)',
+    min_lr='final learning rate', decay_lr='False: constant learning_rate',
+    device="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'",
+    dtype="'auto' = bfloat16 on CUDA when supported, else float32", compile='torch.compile the model',
+    seed='initialisation, dropout and data-sampling seed',
+)
+# What init_from='resume' may change. Every key is in exactly one of these sets (a test checks).
+# May change: the new value is what runs (optimizer param groups, schedule, logging, hardware); each change is
+# printed ("changed on resume: key old -> new") and logged ({"event": "resume_change"}).
+RESUME_MAY_CHANGE = {
+    'out_dir', 'eval_interval', 'eval_tokens', 'log_interval', 'always_save_checkpoint', 'divergence_factor',
+    'wandb_log', 'wandb_project', 'wandb_run_name',
+    'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'decay_lr', 'max_iters',
+    'weight_decay', 'beta1', 'beta2', 'eps', 'momentum', 'grad_clip', 'muon_lr', 'muon_momentum',
+    'device', 'dtype', 'compile',
+    'dataset',   # only its path: the data itself (meta.json's identity) must be the same, see check_resume
+}
+# Must match: they define what the saved weights, optimizer state and data position mean. The model, the
+# optimizer and its rotations; the data sampler (seed, windows, and the global batch: batch_size x
+# gradient_accumulation_steps sequences drawn per iteration from an RNG keyed by (seed, iter, micro-batch)).
+# A difference is a one-line error listing every such key; nothing in out_dir is touched.
+RESUME_MUST_MATCH = {
+    'optimizer', 'orthoadam_rotation', 'orthoadam_axes', 'orthoadam_vocab_axis', 'orthoadam_seed',
+    'batch_size', 'gradient_accumulation_steps', 'windows', 'seed',
+    *(f.name for f in fields(GPTConfig)),
+}
+# How this invocation starts, not what the run is.
+RESUME_IGNORED = {'init_from', 'eval_only'}
 MODEL_KEYS = [f.name for f in fields(GPTConfig)]
 # dense bf16 tensor-core peak FLOP/s per device, for MFU (first matching substring wins)
 PEAK_FLOPS = [('H200', 989e12), ('H100 PCIe', 756e12), ('H100', 989e12), ('A100', 312e12),
@@ -70,6 +154,42 @@ class TrainingError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- distributed / device
+def check_launch(cfg, world):
+    """Checks that need no process group, so that every rank fails alike before torchrun's rendezvous."""
+    device = cfg['device']
+    if device not in ('auto', 'cpu') and not re.fullmatch(r'cuda(:\d+)?', device):
+        raise TrainingError(f"device={device!r} is not 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if device.startswith('cuda'):
+        if not torch.cuda.is_available():
+            build = 'a CPU-only build' if torch.version.cuda is None else f'built for CUDA {torch.version.cuda}'
+            raise TrainingError(f"device={device!r} but no CUDA GPU is available (torch {torch.__version__} is "
+                                f"{build}); use --device=cpu or --device=auto")
+        index = int(device.partition(':')[2] or 0)
+        if 'RANK' not in os.environ and index >= torch.cuda.device_count():
+            raise TrainingError(f"device={device!r} but this machine has {torch.cuda.device_count()} GPU(s)")
+    if 0 < cfg['divergence_factor'] < 1:
+        raise TrainingError(f"divergence_factor={cfg['divergence_factor']} must be 0 (off) or >= 1 "
+                            f"(a perplexity ratio to the best so far)")
+    rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, 0)
+
+
+def rank_share(accum, batch_size, world, rank):
+    """This rank's part of one iteration: a list of (global micro-batch index, rows of it). The accumulation
+    is global: with accum a multiple of world, each rank takes accum/world whole micro-batches; with world a
+    multiple of accum, each micro-batch is cut into world/accum equal row blocks, one per rank. Either way
+    the iteration's batch and data are those of one process, and the mean of the ranks' losses is its loss."""
+    if accum % world == 0:
+        n = accum // world
+        return [(rank * n + j, slice(None)) for j in range(n)]
+    split = world // accum
+    if world % accum == 0 and batch_size % split == 0:
+        rows = batch_size // split
+        return [(rank // split, slice(rank % split * rows, (rank % split + 1) * rows))]
+    raise TrainingError(f"{world} ranks cannot share gradient_accumulation_steps={accum} micro-batches of "
+                        f"batch_size={batch_size}: make the accumulation a multiple of {world}, or {world} a multiple "
+                        f"of the accumulation with batch_size divisible by the quotient")
+
+
 def setup_distributed(cfg):
     """Returns (rank, local_rank, world_size, device, device_type)."""
     ddp = 'RANK' in os.environ
@@ -87,6 +207,20 @@ def setup_distributed(cfg):
     if cfg['dtype'] == 'auto':
         cfg['dtype'] = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
     return rank, local_rank, world, cfg['device'], device_type
+
+
+def agree(error):
+    """Collective: if any rank has an error (a TrainingError or None), every rank raises the first one, so
+    that all ranks stop together with one message (printed by rank 0)."""
+    if not dist.is_initialized():
+        if error is not None:
+            raise error
+        return
+    errors = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, None if error is None else str(error))
+    first = next(((r, e) for r, e in enumerate(errors) if e is not None), None)
+    if first is not None:
+        raise TrainingError(first[1] if first[0] == 0 else f"rank {first[0]}: {first[1]}")
 
 
 def all_reduce(t, op=dist.ReduceOp.SUM):
@@ -134,6 +268,68 @@ def check_tokens(x, vocab_size, where):
                             f"the data was prepared with another tokenizer (re-run prepare_c4.py or set --vocab_size)")
 
 
+SCAN_CHUNK = 1 << 26   # tokens per read when checking a split's token ids
+
+
+def split_max_token(path, meta, split, rank=0, world=1, device='cpu'):
+    """The largest token id of a whole split file. Collective: the ranks read interleaved chunks of 2^26
+    tokens (rank 0 shows progress for big files) and all-reduce the maximum, so no rank waits long for
+    another. The result is cached in <data>/.verified.json under the file's identity (size, mtime,
+    meta.json's sha256), so a file is read once; a read-only data folder is read at every start."""
+    st, name = os.stat(path), os.path.basename(path)
+    identity = {'size': st.st_size, 'mtime_ns': st.st_mtime_ns, 'sha256': meta['splits'][split].get('sha256')}
+    stamp_path = os.path.join(os.path.dirname(path), '.verified.json')
+    stamps = read_json(Path(stamp_path))
+    entry = stamps.get(name)
+    cached = isinstance(entry, dict) and {k: entry.get(k) for k in identity} == identity
+    if world > 1:   # one decision for all ranks (another run may write the stamp meanwhile)
+        cached = not any_rank(torch.tensor(not cached, device=device))
+    if cached:
+        return entry['max_token_id']
+    data, chunk, top = memmap(path, meta), SCAN_CHUNK, 0
+    progress = Progress(f"checking token ids of {path}", target_tokens=len(data), unit='chunks')
+    for i, lo in enumerate(range(rank * chunk, len(data), world * chunk)):
+        top = max(top, int(data[lo:lo + chunk].max()))
+        if rank == 0:
+            progress.update(i + 1, min(lo + world * chunk, len(data)))
+    top = int(all_reduce(torch.tensor(top, device=device), dist.ReduceOp.MAX).item())
+    if rank == 0 and time.time() - progress.t0 > 2:
+        progress.done(f"max id {top}")
+    if rank == 0:
+        stamps[name] = dict(identity, max_token_id=top)
+        try:   # a unique temporary name: runs starting together on one data folder do not collide
+            with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), prefix='.verified.', delete=False) as f:
+                json.dump(stamps, f, indent=1)
+            os.replace(f.name, stamp_path)
+        except OSError:
+            pass
+    return top
+
+
+def verify_tokens(path, meta, split, vocab_size, rank=0, world=1, device='cpu'):
+    """Before the first step: every token id of the split is < vocab_size and the file holds what meta.json
+    says it holds (its max id, where prepare_c4.py recorded one). Collective (see split_max_token): every
+    rank raises the same one-line TrainingError."""
+    top = split_max_token(path, meta, split, rank, world, device)
+    recorded = meta['splits'][split].get('max_token_id')
+    command = prepare_command(meta.get('args') or {}, os.path.dirname(path))
+    redo = (f"prepare it again: {command}" if command else
+            f"prepare it again with the prepare_c4.py command that made it (--out_dir {os.path.dirname(path)})")
+    if recorded is not None and top != recorded:
+        raise TrainingError(f"{path}: largest token id {top}, but meta.json records {recorded}; the file changed "
+                            f"after it was prepared: {redo}")
+    if top >= vocab_size:
+        data, first = memmap(path, meta), None
+        for lo in range(0, len(data), SCAN_CHUNK):
+            hits = np.flatnonzero(np.asarray(data[lo:lo + SCAN_CHUNK]) >= vocab_size)
+            if len(hits):
+                first = lo + int(hits[0])
+                break
+        raise TrainingError(f"{path} holds token id {top} >= vocab_size {vocab_size} (first such id at token "
+                            f"{first:,}); the file does not match meta.json (tokenizer {meta.get('tokenizer')!r}, "
+                            f"vocab_size {meta['vocab_size']}): {redo}")
+
+
 _starts = {}
 
 
@@ -152,18 +348,18 @@ def window_starts(path, meta, T):
     return _starts[key]
 
 
-def get_batch(path, meta, cfg, iter_num, micro, device):
-    """Training batch `micro` (global micro-batch index across ranks) of iteration `iter_num`. Offsets
-    come from an RNG keyed by (seed, iter, micro), so the data position is a pure function of the
-    iteration: resuming or changing the number of ranks at equal global batch sees the same tokens."""
+def get_batch(path, meta, cfg, iter_num, micro, device, rows=slice(None)):
+    """Training batch `micro` (global micro-batch index across ranks) of iteration `iter_num`, or its `rows`
+    (see rank_share). Offsets come from an RNG keyed by (seed, iter, micro), so the data position is a pure
+    function of the iteration: resuming or changing the number of ranks at equal global batch sees the same tokens."""
     data = memmap(path, meta)   # re-opened per batch: np.memmap holds pages otherwise
     T, B = cfg['block_size'], cfg['batch_size']
     rng = np.random.default_rng([cfg['seed'], iter_num, micro])
     if cfg['windows'] == 'document':
         starts = window_starts(path, meta, T)
-        ix = starts[rng.integers(0, len(starts), size=B)]
+        ix = starts[rng.integers(0, len(starts), size=B)][rows]
     else:
-        ix = rng.integers(0, len(data) - T - 1, size=B)
+        ix = rng.integers(0, len(data) - T - 1, size=B)[rows]
     xy = torch.from_numpy(np.stack([data[i:i + T + 1] for i in ix]).astype(np.int64))
     check_tokens(xy, cfg['vocab_size'], f"{path} (iteration {iter_num})")
     x, y = xy[:, :-1], xy[:, 1:]
@@ -281,6 +477,27 @@ def set_lr(optimizer, lr, cfg):
         group['lr'] = lr * cfg['muon_lr'] / cfg['learning_rate'] if group.get('muon') else lr
 
 
+def set_hyperparameters(optimizer, cfg):
+    """Put cfg's hyperparameters into every param group, as configure_optimizer would set them. Needed after
+    load_state_dict, which restores the saved groups' values: a resume runs with the values it records."""
+    name = cfg['optimizer']
+    for group in optimizer.param_groups:
+        group['weight_decay'] = cfg['weight_decay'] if all(p.dim() >= 2 for p in group['params']) else 0.0
+        if group.get('muon'):
+            group['momentum'] = cfg['muon_momentum']
+        elif name in ('adamw', 'orthoadam', 'muon'):   # muon: its AdamW part
+            group['betas'], group['eps'] = (cfg['beta1'], cfg['beta2']), cfg['eps']
+        elif name == 'rmsprop':
+            group['alpha'], group['eps'], group['momentum'] = cfg['beta2'], cfg['eps'], cfg['momentum']
+            if cfg['momentum'] > 0:   # momentum switched on: its buffer starts at zero, as in a fresh RMSprop
+                for p in group['params']:
+                    state = optimizer.state.get(p)
+                    if state and 'momentum_buffer' not in state:
+                        state['momentum_buffer'] = torch.zeros_like(p)
+        else:
+            group['momentum'] = cfg['momentum']
+
+
 def get_lr(it, cfg):
     """Linear warmup to learning_rate, cosine decay to min_lr at lr_decay_iters, then min_lr."""
     if not cfg['decay_lr']:
@@ -294,9 +511,85 @@ def get_lr(it, cfg):
     return cfg['min_lr'] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg['learning_rate'] - cfg['min_lr'])
 
 
-# ----------------------------------------------------------------------------- checkpoints
+# ----------------------------------------------------------------------------- resume
+def data_identity(meta):
+    """What makes prepared data the same data: tokenizer, vocabulary, dtype, eot, and per split its size and sha256."""
+    return {'tokenizer': meta.get('tokenizer'), 'vocab_size': meta['vocab_size'], 'eot_token': meta['eot_token'],
+            'dtype': meta['dtype'], **{f'{s}_{k}': meta['splits'][s].get(k) for s in ('train', 'val')
+                                       for k in ('tokens', 'sha256')}}
+
+
+def check_resume(cfg, ckpt, meta):
+    """Compare a resume's config with the checkpoint's. Raises a one-line TrainingError listing every key
+    of RESUME_MUST_MATCH that differs (and a change of the data itself); otherwise returns the changes,
+    [(key, old, new)], of RESUME_MAY_CHANGE keys. The schedule's horizon: lr_decay_iters=0 keeps the
+    checkpoint's (resolved) value, so a larger max_iters prolongs the run at min_lr instead of silently
+    stretching the cosine; an explicit lr_decay_iters is a change like any other."""
+    saved = {**DEFAULTS, **(ckpt.get('config') or {}), **ckpt['model_args']}   # keys newer than the checkpoint: defaults
+    saved['lr_decay_iters'] = saved['lr_decay_iters'] or saved['max_iters']
+    if cfg['lr_decay_iters'] == 0:
+        cfg['lr_decay_iters'] = saved['lr_decay_iters']
+    differ = [k for k in DEFAULTS if k not in RESUME_IGNORED and saved[k] != cfg[k]]
+    errors = [f"{k}: checkpoint {saved[k]!r} vs requested {cfg[k]!r}" for k in differ if k in RESUME_MUST_MATCH]
+    old_data = (ckpt.get('data') or {}).get('identity')
+    if old_data is not None and old_data != data_identity(meta):
+        new_data = data_identity(meta)
+        errors.append(f"data {cfg['dataset']}: " + ', '.join(f"{k} {old_data.get(k)!r} -> {new_data.get(k)!r}"
+                                                            for k in new_data if old_data.get(k) != new_data.get(k)))
+    elif old_data is None and 'dataset' in differ:   # a checkpoint without the data's identity: the path must match
+        errors.append(f"dataset: checkpoint {saved['dataset']!r} vs requested {cfg['dataset']!r}")
+    if errors:
+        raise TrainingError(f"cannot resume {os.path.join(cfg['out_dir'], 'ckpt.pt')} with another config "
+                            f"({'; '.join(errors)}); these must match what the checkpoint was trained with "
+                            f"(RESUME_MUST_MATCH in train.py): use its values or another --out_dir")
+    return [(k, saved[k], cfg[k]) for k in differ]
+
+
+# ----------------------------------------------------------------------------- out_dir and checkpoints
+def lock_out_dir(out_dir):
+    """Hold an exclusive flock on out_dir/.lock for the life of the run; the file names the holder. The
+    kernel releases it when the process ends, however it ends, so a killed run never blocks the next."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, '.lock')
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 256, 0).decode(errors='replace').strip() or 'an unknown process'
+        os.close(fd)
+        raise TrainingError(f"{out_dir} is in use by another run ({holder}, see {path}); wait for it to end or "
+                            f"stop it, or choose another --out_dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    return fd
+
+
+def remove_leftovers(out_dir):
+    """Temporary files of a save that was killed before its rename (only called with the lock held)."""
+    for path in sorted(glob.glob(os.path.join(out_dir, '*.tmp'))):
+        os.remove(path)
+        print(f"removed {path}, left by an interrupted save")
+
+
+def file_state(path):
+    """(inode, size, mtime) of a file, None if absent: whether out_dir changed between two moments."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def rng_state(device_type):
     return {'torch': torch.get_rng_state(), 'cuda': torch.cuda.get_rng_state() if device_type == 'cuda' else None}
+
+
+def fsync_dir(path):
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def save_checkpoint(path, ckpt):
@@ -307,22 +600,47 @@ def save_checkpoint(path, ckpt):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_dir(path)
 
 
-def load_checkpoint(path, model_args):
+def keep_as_best(ckpt_path, best_path):
+    """best.pt := the checkpoint just written to ckpt_path, atomically: a hard link (no copy; ckpt.pt is only
+    ever replaced by a rename, which leaves best.pt's file alone), or a copy where links are unsupported."""
+    tmp = f"{best_path}.tmp"
+    try:
+        os.link(ckpt_path, tmp)
+    except OSError:
+        with open(ckpt_path, 'rb') as src, open(tmp, 'wb') as dst:
+            while chunk := src.read(1 << 24):
+                dst.write(chunk)
+            dst.flush()
+            os.fsync(dst.fileno())
+    os.replace(tmp, best_path)
+    fsync_dir(best_path)
+
+
+def load_checkpoint(path):
     if not os.path.isfile(path):
         raise TrainingError(f"no checkpoint at {path} to resume or evaluate; train with --init_from=scratch first")
     try:
         ckpt = torch.load(path, map_location='cpu', weights_only=False)
+        if not isinstance(ckpt, dict) or not {'model', 'model_args', 'iter_num'} <= set(ckpt):
+            raise ValueError('not a train.py checkpoint')
     except Exception as e:
-        raise TrainingError(f"cannot read checkpoint {path} ({type(e).__name__}: {e}); it is corrupt or not a checkpoint")
+        best = os.path.join(os.path.dirname(path), 'best.pt')
+        other = f"; {best} is the best-validation checkpoint, if it is readable" if os.path.exists(best) else ''
+        raise TrainingError(f"cannot read checkpoint {path} ({type(e).__name__}: {' '.join(str(e).split())[:200]}); it is "
+                            f"corrupt or not a checkpoint{other}") from None
+    return ckpt
+
+
+def check_model_args(path, ckpt, model_args):
     saved = {f.name: f.default for f in fields(GPTConfig)} | ckpt['model_args']   # older checkpoints lack newer fields
     diff = {k: (saved.get(k), v) for k, v in model_args.items() if saved.get(k) != v}
     if diff:
         desc = ', '.join(f"{k}: checkpoint {a!r} vs requested {b!r}" for k, (a, b) in diff.items())
         raise TrainingError(f"checkpoint {path} was trained with another model config ({desc}); "
                             f"use the checkpoint's settings or another out_dir")
-    return ckpt
 
 
 # ----------------------------------------------------------------------------- training
@@ -341,51 +659,118 @@ def stop_on_signals():
             signal.signal(sig, handler)
 
 
-def train(cfg):
-    rank, local_rank, world, device, device_type = setup_distributed(cfg)
-    master = rank == 0
-    accum_global = cfg['gradient_accumulation_steps']
-    if accum_global % world:
-        raise TrainingError(f"gradient_accumulation_steps={accum_global} must be a multiple of the number of ranks ({world})")
-    accum = accum_global // world
-    ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
+def collectively(fn, *args):
+    """fn(*args) on this rank; when it raises a TrainingError on any rank, every rank raises the first one."""
+    try:
+        result, error = fn(*args), None
+    except TrainingError as e:
+        result, error = None, e
+    agree(error)
+    return result
+
+
+def open_run(cfg, ckpt_path, best_path):
+    """Everything a run checks before it writes anything; read-only and the same on every rank, so a refused
+    run leaves out_dir as it was: the data, the model config, what out_dir holds, and for a resume the
+    checkpoint and the changes the resume makes. Returns (meta, paths, ckpt or None, changes, ckpt.pt's
+    file_state when it was read), as a dict."""
     if cfg['init_from'] == 'auto':   # resume when out_dir holds a checkpoint, else start from scratch
         cfg['init_from'] = 'resume' if os.path.exists(ckpt_path) else 'scratch'
-    if cfg['init_from'] == 'scratch' and os.path.exists(ckpt_path) and not cfg['eval_only']:
-        raise TrainingError(f"{ckpt_path} exists; continue it with --init_from=resume, or choose another --out_dir")
-
+    if cfg['init_from'] == 'scratch' and not cfg['eval_only']:
+        for path in (ckpt_path, best_path):
+            if os.path.exists(path):
+                raise TrainingError(f"{path} exists; continue the run with --init_from=resume, or choose another --out_dir")
     meta, paths = open_data(cfg)
     if cfg['vocab_size'] == 0:
         cfg['vocab_size'] = meta['vocab_size']
     elif cfg['vocab_size'] < meta['vocab_size']:
         raise TrainingError(f"vocab_size={cfg['vocab_size']} is smaller than the data's vocabulary ({meta['vocab_size']})")
-    if master and not cfg['eval_only']:
-        os.makedirs(cfg['out_dir'], exist_ok=True)
+    try:
+        GPTConfig(**{k: cfg[k] for k in MODEL_KEYS})
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
+    seen, ckpt, changes = file_state(ckpt_path), None, []
+    if cfg['init_from'] == 'resume' or cfg['eval_only']:
+        ckpt = load_checkpoint(ckpt_path)
+        if cfg['eval_only']:
+            check_model_args(ckpt_path, ckpt, {k: cfg[k] for k in MODEL_KEYS})
+        else:
+            changes = check_resume(cfg, ckpt, meta)
+    else:   # the schedule's horizon is fixed when the run starts, and recorded
+        cfg['lr_decay_iters'] = cfg['lr_decay_iters'] or cfg['max_iters']
+    return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen}
+
+
+def check_data(cfg, meta, paths, rank, world, device):
+    """Every token id of the splits this run reads, before the first step (collective)."""
+    for split in ('val',) if cfg['eval_only'] else ('train', 'val'):
+        verify_tokens(paths[split], meta, split, cfg['vocab_size'], rank, world, device)
+
+
+def claim_out_dir(cfg, ckpt_path, seen):
+    """Rank 0, before the first write: the lock on out_dir, a check that no other run changed ckpt.pt
+    meanwhile, leftovers of killed saves, config.json. Returns the lock's file descriptor (None: eval_only)."""
+    if cfg['eval_only']:
+        return None
+    fd = lock_out_dir(cfg['out_dir'])
+    try:
+        if file_state(ckpt_path) != seen:
+            raise TrainingError(f"{ckpt_path} changed while this run was starting (another run wrote it); start again")
+        remove_leftovers(cfg['out_dir'])
         save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
-    tokens_per_iter = accum_global * cfg['batch_size'] * cfg['block_size']
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def ppl_text(ppl):
+    """Perplexity for a progress line: evaluate() caps it at exp(700) (~1e304) to stay finite."""
+    return f"{ppl:.2f}" if ppl < 1e6 else f"{ppl:.3g}" if ppl < 1e304 else '>1e304'
+
+
+def train(cfg):
+    check_launch(cfg, int(os.environ.get('WORLD_SIZE', 1)))   # before the rendezvous: every rank fails alike
+    rank, local_rank, world, device, device_type = setup_distributed(cfg)
+    master = rank == 0
+    share = rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, rank)
+    ckpt_path, best_path = os.path.join(cfg['out_dir'], 'ckpt.pt'), os.path.join(cfg['out_dir'], 'best.pt')
+    opened = collectively(open_run, cfg, ckpt_path, best_path)
+    collectively(check_data, cfg, opened['meta'], opened['paths'], rank, world, device)
+    lock = collectively(claim_out_dir, cfg, ckpt_path, opened['seen']) if master else collectively(lambda: None)
+    with contextlib.ExitStack() as cleanup:
+        if lock is not None:
+            cleanup.callback(os.close, lock)   # closing the file releases the lock
+        return run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanup)
+
+
+def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanup):
+    """The training loop of train(), once the run is checked and (rank 0) holds out_dir."""
+    master = rank == 0
+    meta, paths, changes = opened['meta'], opened['paths'], opened['changes']
+    ckpt = opened.pop('ckpt')   # no reference left elsewhere: its memory goes with `del ckpt` below
+    ckpt_path, best_path = os.path.join(cfg['out_dir'], 'ckpt.pt'), os.path.join(cfg['out_dir'], 'best.pt')
+    tokens_per_iter = cfg['gradient_accumulation_steps'] * cfg['batch_size'] * cfg['block_size']
 
     torch.manual_seed(cfg['seed'])                   # identical initial weights on every rank
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     model_args = {k: cfg[k] for k in MODEL_KEYS}
-    try:
-        gptconf = GPTConfig(**model_args)
-    except ValueError as e:
-        raise TrainingError(str(e)) from None
-    model = GPT(gptconf)
-    ckpt = load_checkpoint(ckpt_path, model_args) if cfg['init_from'] == 'resume' or cfg['eval_only'] else None
+    model = GPT(GPTConfig(**model_args))
     if ckpt is not None:
         model.load_state_dict(ckpt['model'])
     model.to(device)
     optimizer = configure_optimizer(model, cfg, device_type)
     ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[cfg['dtype']]
     scaler = torch.amp.GradScaler(device_type, enabled=cfg['dtype'] == 'float16')
-    iter_num, best_val_loss = 0, float('inf')
+    iter_num, best_val_loss, last_saved = 0, float('inf'), None
     if ckpt is not None:
         if not cfg['eval_only']:
             optimizer.load_state_dict(ckpt['optimizer'])
-            scaler.load_state_dict(ckpt['scaler'])
-        iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+            set_hyperparameters(optimizer, cfg)        # the values this run records, not the saved groups'
+            if scaler.is_enabled() and ckpt.get('scaler'):   # dtype may change on resume: float16 starts a fresh scaler
+                scaler.load_state_dict(ckpt['scaler'])
+        iter_num, best_val_loss, last_saved = ckpt['iter_num'], ckpt['best_val_loss'], ckpt['iter_num']
         states = ckpt['rng']
         state = states[rank] if len(states) == world else states[0]
         torch.set_rng_state(state['torch'])
@@ -404,7 +789,8 @@ def train(cfg):
     autocast = (torch.autocast(device_type=device_type, dtype=ptdtype) if ptdtype != torch.float32
                 else contextlib.nullcontext())
 
-    def checkpoint():
+    def checkpoint(best):
+        """ckpt.pt := this state; with best, best.pt too (ckpt.pt first: a kill in between leaves both valid)."""
         states = [None] * world
         if world > 1:
             dist.all_gather_object(states, rng_state(device_type))
@@ -416,10 +802,12 @@ def train(cfg):
             save_checkpoint(ckpt_path, {
                 'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
                 'model_args': model_args, 'iter_num': iter_num, 'best_val_loss': best_val_loss, 'config': cfg,
-                'bos': meta['eot_token'] if cfg['windows'] == 'document' else None,
-                'rng': states, 'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num}})
+                'bos': meta['eot_token'] if cfg['windows'] == 'document' else None, 'rng': states,
+                'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num, 'identity': data_identity(meta)}})
+            if best:
+                keep_as_best(ckpt_path, best_path)
 
-    log_file = open(os.path.join(cfg['out_dir'], 'log.jsonl'), 'a') if master else None
+    log_file = cleanup.enter_context(open(os.path.join(cfg['out_dir'], 'log.jsonl'), 'a')) if master and not cfg['eval_only'] else None
     wandb = None
     if master and cfg['wandb_log']:
         try:
@@ -427,58 +815,80 @@ def train(cfg):
         except ImportError:
             raise TrainingError("wandb_log=True but wandb is not installed; pip install wandb") from None
         wandb.init(project=cfg['wandb_project'], name=cfg['wandb_run_name'], config=cfg, resume='allow')
+        cleanup.callback(wandb.finish)
 
     def log(event):
-        if master:
+        if log_file:
             log_file.write(json.dumps(event) + '\n')
             log_file.flush()
-            if wandb is not None:
+            if wandb is not None and event['event'] in ('train', 'eval'):
                 wandb.log({k: v for k, v in event.items() if k not in ('event', 'iter')}, step=event['iter'])
 
+    for key, old, new in changes:
+        log({'event': 'resume_change', 'iter': iter_num, 'key': key, 'old': old, 'new': new})
+        if master:
+            print(f"changed on resume: {key} {old!r} -> {new!r}")
+    if master and {k for k, _, _ in changes} & {'max_iters', 'lr_decay_iters'} == {'max_iters'} and cfg['decay_lr']:
+        old_max = next(old for k, old, _ in changes if k == 'max_iters')
+        print(f"max_iters {old_max} -> {cfg['max_iters']}: the cosine schedule keeps lr_decay_iters="
+              f"{cfg['lr_decay_iters']} (min_lr after it); pass --lr_decay_iters to change it")
+
     with stop_on_signals() as stop:
+        rows = len(range(cfg['batch_size'])[share[0][1]])
         if master:
             print(f"model: {raw_model.num_params() / 1e6:.2f}M parameters | {cfg['optimizer']} | attn={cfg['attn']} "
-                  f"norm={cfg['norm']} pos_emb={cfg['pos_emb']} | {world} rank(s) x {accum} micro-batches x "
-                  f"{cfg['batch_size']} x {cfg['block_size']} = {tokens_per_iter:,} tokens/iter | {device} {cfg['dtype']}")
+                  f"norm={cfg['norm']} pos_emb={cfg['pos_emb']} | {world} rank(s) x {len(share)} micro-batches x "
+                  f"{rows} x {cfg['block_size']} = {tokens_per_iter:,} tokens/iter | {device} {cfg['dtype']}")
         if cfg['eval_only']:
             val_loss, val_ppl, n = evaluate(model, paths['val'], meta, cfg, rank, world, device, autocast)
             if master:
-                print(f"eval at iter {iter_num}: val loss {val_loss:.4f} | val ppl {val_ppl:.2f} ({n:,} tokens)")
-            return {'val_loss': val_loss, 'val_ppl': val_ppl, 'iter': iter_num}
+                print(f"eval at iter {iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
+            return {'val_loss': val_loss, 'val_ppl': val_ppl, 'iter': iter_num, 'ckpt': ckpt_path}
 
         flops_per_iter, peak = raw_model.flops_per_token() * tokens_per_iter, peak_flops(device_type)
         nonfinite = torch.zeros((), dtype=torch.bool, device=device)
         loss_sum = torch.zeros((), device=device)
         start_iter, t_start = iter_num, time.time()
         t_log, last_log_iter, result = t_start, iter_num, {}
-        x, y = get_batch(paths['train'], meta, cfg, iter_num, rank * accum, device)
+        x, y = get_batch(paths['train'], meta, cfg, iter_num, share[0][0], device, share[0][1])
         while True:
             if iter_num % cfg['eval_interval'] == 0 or iter_num == cfg['max_iters']:
                 if any_rank(nonfinite):
                     raise TrainingError(f"non-finite loss before iteration {iter_num}; stopped, the last good checkpoint "
                                         f"is kept (lower learning_rate or use grad_clip)")
                 val_loss, val_ppl, n = evaluate(model, paths['val'], meta, cfg, rank, world, device, autocast)
-                improved, best_val_loss = val_loss < best_val_loss, min(best_val_loss, val_loss)
                 result = {'val_loss': val_loss, 'val_ppl': val_ppl, 'iter': iter_num}
                 log({'event': 'eval', 'iter': iter_num, 'val_loss': val_loss, 'val_ppl': val_ppl, 'val_tokens': n,
                      'tokens': iter_num * tokens_per_iter})
                 if master:
-                    print(f"eval iter {iter_num}: val loss {val_loss:.4f} | val ppl {val_ppl:.2f} ({n:,} tokens)")
+                    print(f"eval iter {iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
+                factor = cfg['divergence_factor']
+                if not math.isfinite(val_loss) or (factor and val_loss > best_val_loss + math.log(factor)):
+                    log({'event': 'diverged', 'iter': iter_num, 'val_loss': val_loss, 'best_val_loss': best_val_loss,
+                         'divergence_factor': factor})
+                    kept = (f"{ckpt_path} (iteration {last_saved}) and {best_path} (the best) are kept"
+                            if last_saved is not None else "no checkpoint had been written")
+                    raise TrainingError(f"diverged at iteration {iter_num}: val loss {val_loss:.4g} > best "
+                                        f"{best_val_loss:.4f} + ln(divergence_factor={factor:g}); stopped without "
+                                        f"writing a checkpoint, {kept}; resume with a lower --learning_rate, or "
+                                        f"--divergence_factor=0 to train on")
+                improved, best_val_loss = val_loss < best_val_loss, min(best_val_loss, val_loss)
                 if iter_num > start_iter and (improved or cfg['always_save_checkpoint'] or iter_num == cfg['max_iters']):
-                    checkpoint()
+                    checkpoint(best=improved)
+                    last_saved = iter_num
             if iter_num >= cfg['max_iters']:
                 break
-            # one optimisation step: accum micro-batches per rank, gradients all-reduced on the last only
+            # one optimisation step: this rank's share of the micro-batches, gradients all-reduced on the last only
             lr = get_lr(iter_num, cfg)
             set_lr(optimizer, lr, cfg)
-            for micro in range(accum):
+            for j in range(len(share)):
                 if world > 1:
-                    model.require_backward_grad_sync = micro == accum - 1
+                    model.require_backward_grad_sync = j == len(share) - 1
                 with autocast:
                     _, loss = model(x, y)
-                    loss = loss / accum
-                nxt = (iter_num, micro + 1) if micro + 1 < accum else (iter_num + 1, 0)
-                x, y = get_batch(paths['train'], meta, cfg, nxt[0], rank * accum + nxt[1], device)  # prefetch
+                    loss = loss / len(share)
+                nxt_iter, (micro, rows) = (iter_num, share[j + 1]) if j + 1 < len(share) else (iter_num + 1, share[0])
+                x, y = get_batch(paths['train'], meta, cfg, nxt_iter, micro, device, rows)  # prefetch
                 scaler.scale(loss).backward()
                 loss_sum += loss.detach()
                 nonfinite |= ~torch.isfinite(loss.detach())
@@ -515,34 +925,44 @@ def train(cfg):
             if stopping:
                 if any_rank(nonfinite):
                     raise TrainingError(f"non-finite loss before iteration {iter_num}; the last good checkpoint is kept")
-                checkpoint()
+                checkpoint(best=False)
                 if master:
                     print(f"signal received: checkpoint written at iteration {iter_num} to {ckpt_path}; "
                           f"continue with --init_from=resume")
                 result = {'interrupted': True, 'iter': iter_num}
                 break
-    if log_file:
-        log_file.close()
-    if wandb is not None:
-        wandb.finish()
     if world > 1:   # no rank tears down its process group while another still writes the checkpoint
         dist.barrier()
     result['ckpt'] = ckpt_path
     return result
 
 
+def usage():
+    return (f"usage: python train.py [CONFIG_FILE ...] [--key=value ...]\n"
+            f"       torchrun --standalone --nproc_per_node=N train.py [CONFIG_FILE ...] [--key=value ...]\n\n"
+            f"{__doc__.strip().splitlines()[0]}\nConfig files are Python files setting keys; --key=value takes Python "
+            f"literals (bare words are strings). Keys, defaults and meanings:\n\n"
+            f"{describe(DEFAULTS, HELP, CHOICES, RANGES)}\n\nREADME.md: 'Config keys' and 'Guarantees'.")
+
+
 def main(argv):
+    master = int(os.environ.get('RANK', 0)) == 0   # errors are printed once, by rank 0; every rank exits 2
+    if any(a in ('-h', '--help') for a in argv):
+        if master:
+            print(usage())
+        return 0
     try:
-        cfg = load_config(DEFAULTS, argv, CHOICES)
+        cfg = load_config(DEFAULTS, argv, CHOICES, RANGES)
         result = train(cfg)
     except (ConfigError, TrainingError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        if master:
+            print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    if 'val_ppl' in result and int(os.environ.get('RANK', 0)) == 0:
-        print(f"done: val ppl {result['val_ppl']:.2f} at iteration {result['iter']} | checkpoint {result['ckpt']}")
+    if 'val_ppl' in result and master:
+        print(f"done: val ppl {ppl_text(result['val_ppl'])} at iteration {result['iter']} | checkpoint {result['ckpt']}")
     return 0
 
 

@@ -412,13 +412,16 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize('args, message', [
     (['--ckpt', 'no/such/ckpt.pt'], 'not found'),
+    (['--ckpt', 'out/nosuch'], '--ckpt out/nosuch: not found, no such file or folder'),   # a path, not a model name
+    (['--ckpt', '{empty}'], 'holds no ckpt.pt'),
     (['--ckpt', '{ckpt}', '--data', 'no/such/data'], 'not a prepared dataset'),
     (['--ckpt', '{ckpt}', '{ckpt}', '--json', 'x.json'], 'pass a folder'),
     (['--table', '{ckpt}'], 'not an analyze.py JSON file'),
 ])
 def test_cli_errors_are_one_line(args, message, docs_dir, tmp_path):
     ckpt = write_checkpoint(str(tmp_path / 'r'))
-    args = [x.format(ckpt=ckpt) for x in args] + (['--data', docs_dir] if '--data' not in args else [])
+    (tmp_path / 'empty').mkdir()
+    args = [x.format(ckpt=ckpt, empty=tmp_path / 'empty') for x in args] + (['--data', docs_dir] if '--data' not in args else [])
     with pytest.raises(SystemExit) as e:
         analyze.main(args)
     assert message in str(e.value) and '\n' not in str(e.value) and str(e.value).startswith('analyze.py: error')

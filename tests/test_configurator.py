@@ -97,3 +97,21 @@ def test_include_errors_name_the_file(tmp_path):
     (tmp_path / 'e.py').write_text("max_itres = 3\n")
     with pytest.raises(ConfigError, match="unknown config key 'max_itres'.*did you mean max_iters"):
         load_config(DEFAULTS, [str(tmp_path / 'd.py')])
+
+
+def test_ranges_are_intervals_checked_for_defaults_files_and_overrides(tmp_path):
+    from configurator import describe, in_range
+    ranges = dict(learning_rate='(0, 1]', max_iters='[1, inf)')
+    assert [in_range(x, '(0, 1]') for x in (0, 1e-9, 1, 1.0000001, float('nan'))] == [False, True, True, False, False]
+    assert [in_range(x, '[1, inf)') for x in (0, 1, 10**12, float('inf'))] == [False, True, True, False]
+    assert load_config(DEFAULTS, ['--learning_rate=1', '--max_iters=1'], CHOICES, ranges)['learning_rate'] == 1.0
+    with pytest.raises(ConfigError, match=r"'learning_rate' in the command line must be in \(0, 1\], got 0.0"):
+        load_config(DEFAULTS, ['--learning_rate=0'], CHOICES, ranges)
+    f = tmp_path / 'c.py'
+    f.write_text("max_iters = 0\n")
+    with pytest.raises(ConfigError, match=r"'max_iters' in .*c.py must be in \[1, inf\), got 0"):
+        load_config(DEFAULTS, [str(f)], CHOICES, ranges)
+    with pytest.raises(ConfigError, match=r"'max_iters' in defaults"):
+        load_config(dict(DEFAULTS, max_iters=0), [], CHOICES, ranges)
+    text = describe(DEFAULTS, {'max_iters': 'iterations'}, CHOICES, ranges)
+    assert "max_iters=100" in text and "iterations; in [1, inf)" in text and "one of 'adamw', 'orthoadam'" in text

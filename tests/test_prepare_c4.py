@@ -110,7 +110,8 @@ def test_bytes_round_trip_and_bounds(shards, tmp_path, monkeypatch):
     out = prepare_c4.prepare_c4(tmp_path / "out", "bytes", [str(shards / "c4-*.json.gz")],
                                 train_tokens=bound, val_docs=2)
     meta = prepare_c4.load_meta(out)
-    assert meta["splits"]["train"] == {"documents": 5, "tokens": int(lengths[4]), "sha256": sha256(out / "train.bin")}
+    assert meta["splits"]["train"] == {"documents": 5, "tokens": int(lengths[4]), "sha256": sha256(out / "train.bin"),
+                                      "max_token_id": 256}
     assert meta["splits"]["val"]["documents"] == 2 and meta["vocab_size"] == 257 and meta["eot_token"] == 256
     train = read_docs(out, "train", 256)
     assert [bytes(x).decode() for x in train] == texts[:5]
@@ -356,3 +357,53 @@ def test_bigram_backcopy_prepares_a_dataset_in_the_documented_format(tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(val, expected[:7]))     # val first, then train, one stream
     train = np.fromfile(out / 'train.bin', dtype=np.uint16)
     assert np.array_equal(train[:40], expected[7])
+
+
+def test_meta_records_each_splits_largest_token_id(shards, vocab, tmp_path):
+    out = prepare_c4.prepare_c4(tmp_path / "out", str(vocab[0]), [str(shards)])
+    meta = prepare_c4.load_meta(out)
+    for split in prepare_c4.SPLITS:
+        ids = np.fromfile(out / f"{split}.bin", dtype=meta["dtype"])
+        assert meta["splits"][split]["max_token_id"] == int(ids.max())
+
+
+@pytest.mark.parametrize("source", ["offline", "shards"])
+def test_hint_after_a_corrupt_file_repeats_the_command_that_made_it(source, shards, tmp_path, capsys):
+    """The hint is the exact command (source, tokenizer, sizes, out_dir), and following it literally repairs."""
+    import shlex
+    out = tmp_path / "data"
+    given = (["--source", "offline", "--tokenizer", "bytes", "--max_docs", "300"] if source == "offline" else
+             ["--data_files", str(shards), "--tokenizer", "bytes", "--val_docs", "3"])
+    prepare_c4.main(given + ["--num_proc", "1", "--out_dir", str(out)])
+    good = (out / "train.bin").read_bytes()
+    (out / "train.bin").write_bytes(good[:-2])
+    with pytest.raises(ValueError) as e:
+        prepare_c4.load_meta(out)
+    command = str(e.value).split("prepare it again: ")[1]
+    expected = (f"python prepare_c4.py --source offline --tokenizer bytes --max_docs 300 --out_dir {out}" if source == "offline"
+                else f"python prepare_c4.py --data_files {shards} --tokenizer bytes --train_tokens 100000000 "
+                     f"--val_docs 3 --out_dir {out}")
+    assert command == expected
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "prepare_c4.py"]
+    prepare_c4.main(argv[2:])
+    assert prepare_c4.load_meta(out) and (out / "train.bin").read_bytes() == good
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random bytes"])
+def test_an_unreadable_shard_is_named(damage, shards, tmp_path, capsys):
+    bad = shards / "c4-train.00001-of-00002.json.gz"
+    data = bad.read_bytes()
+    bad.write_bytes(data[:len(data) // 2] if damage == "truncated" else np.random.default_rng(0).bytes(len(data)))
+    code, err = run_main(["--data_files", str(shards), "--tokenizer", "bytes", "--out_dir", str(tmp_path / "o"),
+                          "--num_proc", "1"], capsys)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("error: ") and f"shard {bad} as C4 JSON lines" in last, err
+
+
+def test_prepare_command_for_the_synthetic_task_only_when_the_command_line_can_make_it():
+    args = {"source": "bigram_backcopy", "vocab": 64, "triggers": 12, "alpha": 0.1, "doc_len": 256,
+            "train_docs": 40_000, "val_docs": 200, "seed": 0}
+    assert prepare_c4.prepare_command(args, "d") == "python prepare_c4.py --source bigram_backcopy --val_docs 200 --out_dir d"
+    assert prepare_c4.prepare_command(dict(args, triggers=3), "d") is None      # made from Python: no such flag
+    assert prepare_c4.prepare_command({}, "d") is None

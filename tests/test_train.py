@@ -190,9 +190,9 @@ def test_user_errors_are_one_line(bigram_data, tmp_path):
     assert "token id" in err(tiny, f'--dataset={bad}', f'--out_dir={tmp_path / "o1"}')
     out = str(tmp_path / 'o2')
     train.train(config(bigram_data, out, '--max_iters=2'))
-    assert "exists" in err(tiny, f'--dataset={bigram_data}', f'--out_dir={out}')
+    assert "exists" in err(tiny, f'--dataset={bigram_data}', f'--out_dir={out}', '--init_from=scratch')
     msg = err(tiny, f'--dataset={bigram_data}', f'--out_dir={out}', '--init_from=resume', '--n_layer=3')
-    assert "another model config" in msg and "n_layer" in msg
+    assert "cannot resume" in msg and "n_layer: checkpoint 2 vs requested 3" in msg
 
 
 @pytest.mark.parametrize('name,momentum,cls', [('sgd', 0.0, torch.optim.SGD), ('sgd', 0.9, torch.optim.SGD),
@@ -278,3 +278,175 @@ def test_muon_run_learns_and_resumes_exactly(bigram_data, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     evals = [json.loads(line) for line in open(os.path.join(straight, 'log.jsonl')) if '"eval"' in line]
     assert evals[-1]['val_loss'] < evals[0]['val_loss'] and first['iter'] == 8
+
+@pytest.mark.parametrize('arg,message', [
+    ('--eval_interval=0', "'eval_interval' in the command line must be in [1, inf), got 0"),
+    ('--batch_size=0', "'batch_size' in the command line must be in [1, inf), got 0"),
+    ('--learning_rate=-1', "'learning_rate' in the command line must be in (0, inf), got -1.0"),
+    ('--max_iters=-5', "'max_iters' in the command line must be in [1, inf), got -5"),
+    ('--beta2=1.0', "'beta2' in the command line must be in [0, 1), got 1.0"),
+    ('--dropout=1', "'dropout' in the command line must be in [0, 1), got 1.0"),
+    ('--learning_rate=1e999', "'learning_rate' in the command line must be in (0, inf), got inf"),
+    ('--divergence_factor=0.5', "divergence_factor=0.5 must be 0 (off) or >= 1"),
+    ('--device=tpu', "device='tpu' is not 'auto', 'cpu', 'cuda' or 'cuda:N'"),
+])
+def test_out_of_range_values_are_one_line_errors(bigram_data, tmp_path, capsys, arg, message):
+    code = train.main([os.path.join(ROOT, 'config', 'tiny_cpu.py'), f'--dataset={bigram_data}',
+                       f'--out_dir={tmp_path / "o"}', arg])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count('\n') == 1 and message in err, err
+    assert not os.path.exists(tmp_path / 'o')
+
+
+def test_every_numeric_key_has_a_range_and_every_key_a_meaning():
+    numeric = {k for k, v in train.DEFAULTS.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    assert set(train.RANGES) == numeric
+    assert set(train.HELP) == set(train.DEFAULTS) and all(train.HELP.values())
+    for key, spec in train.RANGES.items():   # the defaults lie in their ranges
+        from configurator import in_range
+        assert in_range(train.DEFAULTS[key], spec), key
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks the error without a GPU')
+def test_cuda_without_a_gpu_is_one_line(bigram_data, tmp_path, capsys):
+    code = train.main([os.path.join(ROOT, 'config', 'tiny_cpu.py'), f'--dataset={bigram_data}', '--device=cuda',
+                       f'--out_dir={tmp_path / "o"}'])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count('\n') == 1 and "device='cuda' but no CUDA GPU is available" in err
+
+
+def test_help_lists_every_key_with_default_and_meaning(capsys):
+    assert train.main(['--help']) == 0
+    out = capsys.readouterr().out
+    for key, default in train.DEFAULTS.items():
+        line = next(x for x in out.splitlines() if x.strip().startswith(f'{key}='))
+        assert f'{key}={default!r}' in line and train.HELP[key] in line
+    import analyze
+    import bench
+    import eval_quant
+    import prepare_c4
+    import reproduce
+    for module in (prepare_c4, analyze, eval_quant, reproduce, bench):
+        with pytest.raises(SystemExit) as e:
+            module.main(['--help'])
+        assert e.value.code == 0 and capsys.readouterr().out.startswith('usage:'), module.__name__
+
+
+def test_readme_config_table_has_every_key_and_its_default():
+    """The README's "Config keys" table and DEFAULTS cannot drift apart: every key once, with its default."""
+    text = open(os.path.join(ROOT, 'README.md')).read()
+    table = text[text.index('### Config keys'):]
+    table = table[:table.index('\n#')]
+    seen = {}
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip('|').split('|')]
+        if len(cells) < 3 or not cells[0].startswith('`'):
+            continue
+        keys = [k.strip('` ') for k in cells[0].split(',')]
+        defaults = [d.strip() for d in cells[1].split(', ')]
+        for i, key in enumerate(keys):
+            assert key not in seen, f'{key} twice in the README table'
+            seen[key] = defaults[i] if len(defaults) == len(keys) else None
+    assert set(seen) == set(train.DEFAULTS)
+    import ast
+    for key, shown in seen.items():
+        if shown is not None and shown != '…':
+            assert ast.literal_eval(shown.strip('`')) == train.DEFAULTS[key], key
+
+
+def test_data_is_checked_once_per_file_identity(tmp_path, monkeypatch):
+    data = write_dataset(str(tmp_path / 'd'), vocab_size=64, n_train=5000, n_val=2000)
+    meta = json.load(open(os.path.join(data, 'meta.json')))
+    path = os.path.join(data, 'train.bin')
+    reads = []
+    real = train.memmap
+    monkeypatch.setattr(train, 'memmap', lambda p, m: reads.append(p) or real(p, m))
+    train.verify_tokens(path, meta, 'train', 64)
+    train.verify_tokens(path, meta, 'train', 64)
+    assert reads == [path]                                     # the second start reads the stamp
+    stamp = json.load(open(os.path.join(data, '.verified.json')))['train.bin']
+    assert stamp['max_token_id'] == int(np.fromfile(path, dtype=np.uint16).max()) == 63
+    os.utime(path, ns=(1, 1))                                  # another file identity: read again
+    train.verify_tokens(path, meta, 'train', 64)
+    assert reads == [path, path]
+    meta['splits']['train']['max_token_id'] = 62               # meta.json no longer describes the file
+    with pytest.raises(train.TrainingError, match='largest token id 63, but meta.json records 62'):
+        train.verify_tokens(path, meta, 'train', 64)
+
+
+def test_ranks_read_disjoint_chunks_of_a_split(tmp_path, monkeypatch):
+    """split_max_token on N ranks: rank r reads chunks r, r+N, ... (the all-reduce, a no-op here, takes the max)."""
+    data = write_dataset(str(tmp_path / 'd'), vocab_size=64, n_train=5000, n_val=2000)
+    path = os.path.join(data, 'train.bin')
+    ids = np.fromfile(path, dtype=np.uint16)
+    ids[:] = ids % 10
+    ids[1500], ids[2700] = 70, 80                               # chunk 1 (rank 1 of 2) and chunk 2 (rank 0)
+    ids.tofile(path)
+    meta = json.load(open(os.path.join(data, 'meta.json')))
+    monkeypatch.setattr(train, 'SCAN_CHUNK', 1000)
+    partial = []
+    for rank in (0, 1):
+        partial.append(train.split_max_token(path, meta, 'train', rank, 2))
+        if os.path.exists(os.path.join(data, '.verified.json')):   # rank 0 wrote its part: not a real result
+            os.remove(os.path.join(data, '.verified.json'))
+    assert partial == [80, 70]
+    assert train.split_max_token(path, meta, 'train') == 80
+
+
+def test_more_ranks_than_micro_batches_split_each_micro_batch(bigram_data):
+    """rank_share: the ranks' rows of an iteration are exactly the one-process batch, whichever way it is cut."""
+    cfg = config(bigram_data, 'unused')
+    meta, paths = train.open_data(cfg)
+    cfg['vocab_size'] = meta['vocab_size']
+    for accum, world in ((1, 2), (2, 4), (4, 2), (2, 2)):
+        cfg.update(gradient_accumulation_steps=accum, batch_size=4)
+        one = [train.get_batch(paths['train'], meta, cfg, 3, m, 'cpu')[0] for m in range(accum)]
+        parts = [train.get_batch(paths['train'], meta, cfg, 3, m, 'cpu', rows)[0]
+                 for rank in range(world) for m, rows in train.rank_share(accum, 4, world, rank)]
+        assert torch.equal(torch.cat(one), torch.cat(parts)), (accum, world)
+        assert len({len(train.rank_share(accum, 4, world, r)) for r in range(world)}) == 1
+    with pytest.raises(train.TrainingError, match='cannot share gradient_accumulation_steps=3'):
+        train.rank_share(3, 4, 2, 0)
+
+
+def test_tiny_cpu_config_resumes_on_a_second_run(bigram_data, tmp_path, capsys):
+    args = [os.path.join(ROOT, 'config', 'tiny_cpu.py'), f'--dataset={bigram_data}', f'--out_dir={tmp_path / "t"}',
+            '--max_iters=3', '--eval_tokens=2048']
+    assert train.main(args) == 0
+    first = capsys.readouterr().out.splitlines()[-1]
+    assert train.main(args) == 0
+    second = capsys.readouterr().out.splitlines()[-1]
+    assert first.startswith('done: val ppl') and second == first
+
+
+def test_torchrun_tiny_cpu_as_written_on_two_cpu_ranks(bigram_data, tmp_path):
+    """config/tiny_cpu.py has one micro-batch per iteration: on 2 ranks each takes half of it, and the run
+    equals the one-process run."""
+    common = [os.path.join('config', 'tiny_cpu.py'), f'--dataset={bigram_data}', '--max_iters=3', '--eval_tokens=2048',
+              '--log_interval=1']
+    single, ddp = str(tmp_path / 'single'), str(tmp_path / 'ddp')
+    train.train(load_config(train.DEFAULTS, common + [f'--out_dir={single}'], train.CHOICES))
+    r = run_cli('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train.py', *common,
+                f'--out_dir={ddp}', env={'OMP_NUM_THREADS': '1'})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert '2 rank(s) x 1 micro-batches x 8 x 64 = 1,024 tokens/iter' in r.stdout
+    a, b = final_weights(single), final_weights(ddp)
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5), k
+
+
+def test_torchrun_errors_are_printed_once(tmp_path):
+    """A configuration error (every rank) and a data error found by rank 0 alone: one line from rank 0, every
+    rank exits 2 (torchrun then adds its own failure summary)."""
+    bad = write_dataset(str(tmp_path / 'bad'), vocab_size=64, n_train=5000, n_val=2000)
+    ids = np.fromfile(os.path.join(bad, 'train.bin'), dtype=np.uint16)
+    ids[100] = 70
+    ids.tofile(os.path.join(bad, 'train.bin'))
+    for args, message in ((['--learnin_rate=1'], "unknown config key 'learnin_rate'"),
+                          ([f'--dataset={bad}', f'--out_dir={tmp_path / "o"}'], 'token id 70 >= vocab_size 64')):
+        r = run_cli('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train.py',
+                    os.path.join('config', 'tiny_cpu.py'), *args, env={'OMP_NUM_THREADS': '1'})
+        lines = [x for x in r.stderr.splitlines() if x.startswith('error: ')]
+        assert r.returncode != 0 and len(lines) == 1 and message in lines[0], r.stderr[-3000:]
+        children = r.stderr.split('failed (exitcode: 2)')[0]   # what the ranks printed before torchrun's summary
+        assert 'failed (exitcode: 2)' in r.stderr and 'Traceback' not in children

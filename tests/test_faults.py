@@ -1,0 +1,166 @@
+"""Fault injection on train.py (CPU, a few seconds each): SIGKILL at random moments, corrupt checkpoints, bad
+token ids, a diverging run, two runs on one out_dir. README "Guarantees" names these tests."""
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import train
+from conftest import ROOT, write_dataset
+from test_train import config
+
+TINY = os.path.join(ROOT, 'config', 'tiny_cpu.py')
+SMALL = ['--n_layer=2', '--n_embd=32', '--n_head=2', '--block_size=32', '--batch_size=4', '--eval_tokens=256',
+         '--log_interval=1', '--warmup_iters=2']
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    """Tiny models run fastest on one thread, and a loaded machine does not slow them down much there."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')   # for the subprocesses
+    yield
+    torch.set_num_threads(threads)
+
+
+def cli(capsys, *args):
+    """train.py's command line in this process: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = train.main([TINY, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def snapshot(folder):
+    return {os.path.basename(p): open(p, 'rb').read() for p in sorted(glob.glob(os.path.join(folder, '*')) +
+                                                                       glob.glob(os.path.join(folder, '.*')))}
+
+
+def train_events(out):
+    path = os.path.join(out, 'log.jsonl')
+    if not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in open(path).read().splitlines() if '"train"' in line]
+
+
+def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(bigram_data, tmp_path):
+    """A run that evaluates and checkpoints every step is SIGKILLed at random moments (during a step, an
+    evaluation, a save or its rename) and restarted with the same command. After every kill ckpt.pt (and
+    best.pt) load and the iteration never goes back; the lock of the killed process does not block the
+    restart; the finished run's weights equal an uninterrupted run's bit for bit; no .tmp file is left."""
+    args = [f'--dataset={bigram_data}', *SMALL, '--dropout=0.1', '--max_iters=30', '--lr_decay_iters=30',
+            '--eval_interval=1', '--init_from=auto']
+    ref = str(tmp_path / 'ref')
+    train.train(config(bigram_data, ref, *args[1:]))
+    out = str(tmp_path / 'killed')
+    cmd = [sys.executable, 'train.py', TINY, *args, f'--out_dir={out}']
+    rng, last_iter, kills = random.Random(0), -1, 0
+    while True:
+        steps_before = len(train_events(out))
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if kills == 3:
+            assert proc.wait(timeout=120) == 0, proc.stderr.read()
+            break
+        deadline = time.time() + 60
+        while proc.poll() is None and len(train_events(out)) <= steps_before and time.time() < deadline:
+            time.sleep(0.01)   # until this process has trained a step
+        time.sleep(rng.uniform(0.0, 0.1))
+        if proc.poll() is not None:   # finished before the kill: nothing left to interrupt
+            assert proc.returncode == 0, proc.stderr.read()
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+        kills += 1
+        if not os.path.exists(os.path.join(out, 'ckpt.pt')):   # killed before its first checkpoint
+            assert last_iter == -1
+            continue
+        ckpt = torch.load(os.path.join(out, 'ckpt.pt'), map_location='cpu', weights_only=False)   # always loadable
+        assert ckpt['iter_num'] >= last_iter
+        last_iter = ckpt['iter_num']
+        if os.path.exists(os.path.join(out, 'best.pt')):
+            torch.load(os.path.join(out, 'best.pt'), map_location='cpu', weights_only=False)
+    assert kills >= 2
+    a = torch.load(os.path.join(ref, 'ckpt.pt'), weights_only=False)
+    b = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)
+    assert a['iter_num'] == b['iter_num'] == 30
+    for k in a['model']:
+        assert torch.equal(a['model'][k], b['model'][k]), k
+    assert not glob.glob(os.path.join(out, '*.tmp'))
+
+
+def test_truncated_or_random_checkpoint_is_one_line_and_changes_nothing(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2', '--eval_interval=1']
+    assert cli(capsys, *args)[0] == 0
+    good = open(os.path.join(out, 'ckpt.pt'), 'rb').read()
+    for name, content in (('truncated', good[:len(good) // 2]), ('random bytes', os.urandom(len(good)))):
+        with open(os.path.join(out, 'ckpt.pt'), 'wb') as f:
+            f.write(content)
+        before = snapshot(out)
+        for init_from in ('resume', 'auto'):
+            code, _, err = cli(capsys, *args, f'--init_from={init_from}', '--max_iters=4')
+            assert code == 2 and err.count('\n') == 1, (name, err)
+            assert 'cannot read checkpoint' in err and 'corrupt' in err and 'best.pt' in err, (name, err)
+            assert snapshot(out) == before, name                 # config.json, log.jsonl, best.pt: untouched
+
+
+def test_token_id_beyond_the_vocabulary_stops_before_the_first_step(tmp_path, capsys):
+    data = write_dataset(str(tmp_path / 'bad'), vocab_size=64, n_train=20_000, n_val=4_000)
+    ids = np.fromfile(os.path.join(data, 'train.bin'), dtype=np.uint16)
+    ids[17_171] = 69                       # one token a batch would rarely hit
+    ids.tofile(os.path.join(data, 'train.bin'))
+    out = str(tmp_path / 'run')
+    code, stdout, err = cli(capsys, f'--dataset={data}', f'--out_dir={out}', *SMALL, '--max_iters=5')
+    assert code == 2 and err.count('\n') == 1, err
+    assert os.path.join(data, 'train.bin') in err and 'token id 69 >= vocab_size 64' in err and '17,171' in err
+    assert 'prepare it again' in err
+    assert not os.path.exists(out) and 'iter ' not in stdout          # no step, nothing written
+
+
+def test_diverging_run_stops_and_keeps_both_checkpoints(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--eval_interval=4']
+    assert cli(capsys, *args, '--max_iters=8')[0] == 0
+    kept = {f: open(os.path.join(out, f), 'rb').read() for f in ('ckpt.pt', 'best.pt')}
+    best = torch.load(os.path.join(out, 'best.pt'), weights_only=False)['best_val_loss']
+    code, stdout, err = cli(capsys, *args, '--init_from=resume', '--max_iters=40', '--learning_rate=1.0',
+                            '--decay_lr=False', '--grad_clip=0.0')
+    assert code == 2 and err.count('\n') == 1, err
+    assert 'diverged at iteration 12' in err and 'ln(divergence_factor=10)' in err and 'iteration 8' in err
+    assert 'changed on resume: learning_rate 0.003 -> 1.0' in stdout
+    assert all(len(line) < 80 for line in stdout.splitlines() if line.startswith('eval'))   # no 300-digit perplexity
+    assert {f: open(os.path.join(out, f), 'rb').read() for f in kept} == kept
+    events = [json.loads(line) for line in open(os.path.join(out, 'log.jsonl'))]
+    diverged = [e for e in events if e['event'] == 'diverged']
+    assert len(diverged) == 1 and diverged[0]['val_loss'] > best + np.log(10) and diverged[0]['best_val_loss'] == best
+
+
+def test_two_runs_on_one_out_dir(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=100000', '--eval_interval=50',
+            '--init_from=auto']
+    first = subprocess.Popen([sys.executable, 'train.py', TINY, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(train_events(out)) < 60 and time.time() < deadline:   # past its first checkpoint
+        time.sleep(0.05)
+    config_before = open(os.path.join(out, 'config.json'), 'rb').read()
+    code, _, err = cli(capsys, *args)
+    assert code == 2 and err.count('\n') == 1 and f'pid {first.pid} on ' in err and 'in use by another run' in err
+    assert open(os.path.join(out, 'config.json'), 'rb').read() == config_before
+    first.send_signal(signal.SIGTERM)
+    stdout, stderr = first.communicate(timeout=60)
+    assert first.returncode == 0 and 'checkpoint written' in stdout, stderr
+    it = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num']
+    code, stdout, err = cli(capsys, *args, f'--max_iters={it + 1}')        # the lock went with the process
+    assert code == 0, err
