@@ -4,6 +4,7 @@
     python train.py config/gpt2_130m.py --attn=softmax1 --optimizer=orthoadam
     torchrun --standalone --nproc_per_node=8 train.py config/gpt2_130m.py
     python train.py config/gpt2_130m.py --init_from=resume    # continue exactly where it stopped
+    python train.py config/finetune_smollm2.py                # init_from='hf:...': fine-tune a public model
 
 Every key of DEFAULTS below can be set in a config file or as --key=value (see README, "Config keys").
 Outputs in out_dir: ckpt.pt (checkpoint), config.json (resolved config), log.jsonl (one JSON event
@@ -24,9 +25,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, load_config, save_config
-from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig
+from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig, load_hf
 from orthoadam import OrthoAdam
-from prepare_c4 import duration, eot_offsets, load_meta
+from prepare_c4 import PrepareError, duration, eot_offsets, load_meta, load_tokenizer, tokenizer_mismatch
 
 DEFAULTS = dict(
     # I/O
@@ -39,6 +40,7 @@ DEFAULTS = dict(
     # model (GPTConfig); vocab_size=0 takes it from meta.json
     n_layer=12, n_head=12, n_embd=768, block_size=256, vocab_size=0, dropout=0.0, bias=True,
     attn='softmax', norm='layernorm', pos_emb='absolute', mlp='gelu', causal_free_prefix=0,
+    n_kv_head=0, mlp_hidden=0, rope_base=10000.0, norm_eps=1e-5, tie_embeddings=True,
     # optimiser
     optimizer='adamw', learning_rate=1e-3, weight_decay=0.0, beta1=0.9, beta2=0.999, eps=1e-8,
     momentum=0.9, grad_clip=1.0,
@@ -50,7 +52,6 @@ DEFAULTS = dict(
 )
 CHOICES = dict(
     MODEL_CHOICES,
-    init_from=('scratch', 'resume', 'auto'),
     windows=('random', 'document'),
     optimizer=('adamw', 'orthoadam', 'rmsprop', 'sgd'),
     orthoadam_rotation=('hadamard', 'haar'),
@@ -59,6 +60,10 @@ CHOICES = dict(
     dtype=('auto', 'float32', 'bfloat16', 'float16'),
 )
 MODEL_KEYS = [f.name for f in fields(GPTConfig)]
+INIT_FROM = ('scratch', 'resume', 'auto', 'hf:NAME_OR_DIR', 'hf:FILE.gguf')
+# the model keys a public model fixes (init_from='hf:...'); attn, dropout, block_size, causal_free_prefix stay the config's
+PUBLIC_MODEL_KEYS = ('n_layer', 'n_head', 'n_embd', 'vocab_size', 'bias', 'norm', 'pos_emb', 'mlp', 'n_kv_head',
+                     'mlp_hidden', 'rope_base', 'norm_eps', 'tie_embeddings')
 # dense bf16 tensor-core peak FLOP/s per device, for MFU (first matching substring wins)
 PEAK_FLOPS = [('H200', 989e12), ('H100 PCIe', 756e12), ('H100', 989e12), ('A100', 312e12),
               ('L40S', 362e12), ('A10G', 125e12), ('RTX 4090', 165e12), ('V100', 125e12)]
@@ -213,11 +218,14 @@ def configure_optimizer(model, cfg, device_type):
         return torch.optim.RMSprop(groups, lr=lr, alpha=cfg['beta2'], eps=eps, momentum=cfg['momentum'])
     if name == 'sgd':
         return torch.optim.SGD(groups, lr=lr, momentum=cfg['momentum'])
-    if cfg['orthoadam_vocab_axis'] == 'skip':   # token embedding (tied LM head): vocabulary axis unrotated
-        wte = model.transformer.wte.weight
-        i = next(i for i, p in enumerate(groups[0]['params']) if p is wte)
-        groups.append({'params': [groups[0]['params'].pop(i)], 'param_names': [groups[0]['param_names'].pop(i)],
+    if cfg['orthoadam_vocab_axis'] == 'skip':   # token embedding and LM head (tied or not): vocabulary axis unrotated
+        vocab = [model.transformer.wte.weight, model.lm_head.weight]
+        keep = [i for i, p in enumerate(groups[0]['params']) if any(p is v for v in vocab)]
+        groups.append({'params': [groups[0]['params'][i] for i in keep],
+                       'param_names': [groups[0]['param_names'][i] for i in keep],
                        'weight_decay': cfg['weight_decay'], 'skip_axes': (0,)})
+        for key in ('params', 'param_names'):
+            groups[0][key] = [x for i, x in enumerate(groups[0][key]) if i not in keep]
     return OrthoAdam(groups, lr=lr, betas=betas, eps=eps, rotation=cfg['orthoadam_rotation'],
                      axes=cfg['orthoadam_axes'], residual_dim=cfg['n_embd'], seed=cfg['orthoadam_seed'])
 
@@ -257,12 +265,37 @@ def load_checkpoint(path, model_args):
         ckpt = torch.load(path, map_location='cpu', weights_only=False)
     except Exception as e:
         raise TrainingError(f"cannot read checkpoint {path} ({type(e).__name__}: {e}); it is corrupt or not a checkpoint")
-    diff = {k: (ckpt['model_args'].get(k), v) for k, v in model_args.items() if ckpt['model_args'].get(k) != v}
+    saved = {f.name: f.default for f in fields(GPTConfig)} | ckpt['model_args']   # older checkpoints lack newer keys
+    diff = {k: (saved.get(k), v) for k, v in model_args.items() if saved.get(k) != v}
     if diff:
         desc = ', '.join(f"{k}: checkpoint {a!r} vs requested {b!r}" for k, (a, b) in diff.items())
         raise TrainingError(f"checkpoint {path} was trained with another model config ({desc}); "
                             f"use the checkpoint's settings or another out_dir")
     return ckpt
+
+
+# ----------------------------------------------------------------------------- public models
+def public_model(cfg, meta):
+    """init_from='hf:NAME_OR_DIR' or 'hf:FILE.gguf': a GPT holding the public model's weights (GPT.from_hf). The
+    model keys it fixes (PUBLIC_MODEL_KEYS) are written into cfg; attn, dropout, block_size and causal_free_prefix
+    stay the config's, so e.g. attn='softmax1' fine-tunes the pretrained weights with softmax-1. The data must be
+    tokenised with the model's own tokenizer (prepare_c4.py --tokenizer hf:...)."""
+    spec = cfg['init_from'][3:]
+    try:
+        hf = load_hf(spec)
+        pretrained = GPT.from_hf(hf, block_size=cfg['block_size'])
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
+    try:
+        mismatch = tokenizer_mismatch(meta.get('tokenizer_info'), load_tokenizer(f'hf:{spec}').record())
+    except PrepareError:
+        mismatch = None    # the model came without a tokenizer: only the vocabulary bound is checked
+    if mismatch:
+        raise TrainingError(f"data/{cfg['dataset']} does not fit {spec}: {mismatch}; prepare the data with "
+                            f"python prepare_c4.py --tokenizer hf:{spec} ... and point --dataset at it")
+    for k in PUBLIC_MODEL_KEYS:
+        cfg[k] = getattr(pretrained.config, k)
+    return pretrained
 
 
 # ----------------------------------------------------------------------------- training
@@ -289,12 +322,17 @@ def train(cfg):
         raise TrainingError(f"gradient_accumulation_steps={accum_global} must be a multiple of the number of ranks ({world})")
     accum = accum_global // world
     ckpt_path = os.path.join(cfg['out_dir'], 'ckpt.pt')
+    if cfg['init_from'] not in INIT_FROM[:3] and not (cfg['init_from'].startswith('hf:') and len(cfg['init_from']) > 3):
+        raise TrainingError(f"config key 'init_from' must be one of {', '.join(map(repr, INIT_FROM))}, "
+                            f"got {cfg['init_from']!r}")
     if cfg['init_from'] == 'auto':   # resume when out_dir holds a checkpoint, else start from scratch
         cfg['init_from'] = 'resume' if os.path.exists(ckpt_path) else 'scratch'
     if cfg['init_from'] == 'scratch' and os.path.exists(ckpt_path) and not cfg['eval_only']:
         raise TrainingError(f"{ckpt_path} exists; continue it with --init_from=resume, or choose another --out_dir")
 
     meta, paths = open_data(cfg)
+    pretrained = public_model(cfg, meta) if cfg['init_from'].startswith('hf:') else None
+    resume = cfg['init_from'] == 'resume' or (pretrained is not None and os.path.exists(ckpt_path))
     if cfg['vocab_size'] == 0:
         cfg['vocab_size'] = meta['vocab_size']
     elif cfg['vocab_size'] < meta['vocab_size']:
@@ -313,9 +351,12 @@ def train(cfg):
     except ValueError as e:
         raise TrainingError(str(e)) from None
     model = GPT(gptconf)
-    ckpt = load_checkpoint(ckpt_path, model_args) if cfg['init_from'] == 'resume' or cfg['eval_only'] else None
+    ckpt = load_checkpoint(ckpt_path, model_args) if resume or cfg['eval_only'] else None
     if ckpt is not None:
         model.load_state_dict(ckpt['model'])
+    elif pretrained is not None:     # the same parameters whatever attn, dropout and block_size say
+        model.load_state_dict(pretrained.state_dict())
+    del pretrained
     model.to(device)
     optimizer = configure_optimizer(model, cfg, device_type)
     ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[cfg['dtype']]
@@ -357,6 +398,7 @@ def train(cfg):
                 'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
                 'model_args': model_args, 'iter_num': iter_num, 'best_val_loss': best_val_loss, 'config': cfg,
                 'bos': meta['eot_token'] if cfg['windows'] == 'document' else None,
+                'tokenizer': meta.get('tokenizer_info'),
                 'rng': states, 'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num}})
 
     log_file = open(os.path.join(cfg['out_dir'], 'log.jsonl'), 'a') if master else None
