@@ -180,9 +180,10 @@ def load_gpt2() -> Tokenizer:
     gpt2_ranks_file), else tiktoken's cached vocab.bpe/encoder.json, else tiktoken's download."""
     import tiktoken
     path = gpt2_ranks_file()
-    if path is not None:   # tiktoken's own definition of "gpt2", on the same ranks
-        enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PAT, mergeable_ranks=read_tiktoken_ranks(path),
-                                special_tokens={EOT_TEXT: 50256}, explicit_n_vocab=50257)
+    if path is not None:   # tiktoken's own definition of "gpt2" on the same ranks: eot 50256 after 50256 ranks
+        ranks = read_tiktoken_ranks(path)
+        enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PAT, mergeable_ranks=ranks,
+                                special_tokens={EOT_TEXT: len(ranks)}, explicit_n_vocab=len(ranks) + 1)
     else:
         try:
             enc = tiktoken.get_encoding("gpt2")
