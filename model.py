@@ -403,6 +403,14 @@ def load_hf(spec):
                          f"be in the Hugging Face cache or a local folder; download once with network: python -c "
                          f"\"import transformers; transformers.AutoModelForCausalLM.from_pretrained('{spec}')\") "
                          f"[{type(e).__name__}]") from None
+    if 'gguf_file' in kw:   # a GGUF-loaded model counts as quantised (no save_pretrained, .float(), .double()):
+        config = model.config                       # its dequantised weights go into a plain model of the same config
+        if hasattr(config, 'quantization_config'):
+            del config.quantization_config
+        plain = type(model)(config)
+        plain.load_state_dict(model.state_dict())
+        plain.set_attn_implementation('eager')
+        model = plain
     return model.eval()
 
 
