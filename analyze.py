@@ -4,19 +4,26 @@
     python analyze.py --ckpt out/a/ckpt.pt out/b/ckpt.pt --json results/ --plots figures/
     python analyze.py --ckpt out/x/ckpt.pt --data data/offline --max_docs 200 --json x.json
     python analyze.py --init_from gpt2 gpt2-medium --max_docs 10000     # pip install transformers; cached weights
+    python analyze.py --init_from model.Q4_1.gguf --data data/offline_smollm2 --max_docs 200   # a GGUF file
     python analyze.py --table results/ y.json                          # saved JSON files -> Markdown tables
 
 Models: --ckpt takes train.py checkpoints (a ckpt.pt or its folder); --init_from takes Hugging Face
-names or local folders (GPT-2, Llama family), loaded with transformers from local files only, in
-fp32 with eager attention. Data: the first --max_docs documents (0 = all) of the val split of a
-prepare_c4.py folder (--data), in order, empty ones skipped, each truncated to the block size (ours:
-the model's; Hugging Face: 256, the paper's training length; --block_size overrides). The data must be
-tokenised with the model's vocabulary.
+names or local folders (any causal LM transformers loads: GPT-2, Llama, ...) and GGUF files (transformers
+dequantises them; needs gguf and accelerate), loaded from local files only, in fp32 with eager attention.
+Data: the first --max_docs documents (0 = all) of the val split of a prepare_c4.py folder (--data; default:
+the dataset a checkpoint was trained on, data/c4 for Hugging Face models), empty ones skipped, each truncated
+to the block size (ours: the model's; Hugging Face: 256, the paper's training length; --block_size
+overrides). The data must be tokenised with the model's tokenizer: when both record one (meta.json
+"tokenizer_info"; a checkpoint's "tokenizer"; a Hugging Face model's own tokenizer files or GGUF), their ids
+on a test sentence must agree, else the error names the prepare_c4.py command that makes the right data.
+Documents are read BUCKET_DOCS at a time and sorted by length before they are cut into --batch_size batches,
+so padding is small; every metric is a sum over documents, so the order does not change the numbers.
 
 Conventions (all metrics on the hidden state after each block's residual additions, X_m, m = 1..M):
-  first token  position 0 of every document. Models whose config has a BOS token (Llama family;
-               every model type except gpt2) get it prepended, so for them position 0 is BOS; so do
-               ours trained with windows='document' (their BOS is the data's eot token).
+  first token  position 0 of every document. --bos auto (default): models whose config has a BOS token
+               (Llama family; every model type except gpt2) get it prepended, so for them position 0 is
+               BOS; so do ours trained with windows='document' (their BOS is the data's eot token).
+               --bos none / eot (the data's document separator, e.g. <|endoftext|>) / ID choose otherwise.
   rest         every other position of the document (within the block size).
   kurtosis     raw, per position over the features d: E_d[(X-mu)^4] / E_d[(X-mu)^2]^2 (Gaussian: 3),
                averaged over first tokens resp. rest positions, per layer.
@@ -46,8 +53,9 @@ JSON (--json PATH: a file for one model; a folder, one <label>.json per model, f
   per_head {first_attn_argmax, first_attn_mass, attn_nowhere: M lists of H floats}.
   max_abs is in the units of the hidden state; a NaN is written as null.
 
---plots DIR writes attention_map.png (Fig. 1a), hidden_states.png (Fig. 1b), layer_progression.png
-(Appendix I), training_curve.png (Appendix L, from log.jsonl next to each checkpoint) and
+--plots DIR writes attention_map.png (Fig. 1a), hidden_states.png (Fig. 1b), attention_layers.png
+(Appendix K: mean over heads for the mean over layers, layer 1, L/4 and 3L/4), hidden_layers.png
+(Appendix J: the largest channels for the same layers), layer_progression.png (Appendix I), training_curve.png (Appendix L, from log.jsonl next to each checkpoint) and
 optimizer_basis.png (Appendix E: per-feature norm of the MLP output weight and the per-feature sum of
 the optimizer's second moments from the checkpoint).
 """

@@ -2,6 +2,7 @@
 
     python eval_quant.py --ckpt out/gpt2_130m/ckpt.pt out/gpt2_130m_s1oa/ckpt.pt --json out/quant_130m.json
     python eval_quant.py --init_from gpt2 gpt2-medium --schemes zeropoint4          # Table 1 (transformers)
+    python eval_quant.py --init_from model.Q4_1.gguf --data data/offline_smollm2 --max_docs 200   # a GGUF file
     python eval_quant.py --ckpt out/main/ckpt.pt --data data/offline --max_docs 200
     python eval_quant.py --ckpt out/main/ckpt.pt --schemes fine,fine_channel,absmax4,zeropoint3g64
     python eval_quant.py --table out/quant_130m.json out/quant_350m.json            # runs side by side, Markdown
@@ -32,7 +33,8 @@ coarse quantises a layer's output after its bias.
 gives each input feature its own scale instead (over the batch's tokens): it isolates outlier feature
 channels, but those scales sit on the summed axis and cannot be factored out of an integer matmul.
 Per-tensor and per-channel activation scales span one forward pass, i.e. the --batch_size documents of a
-batch (their real tokens: padding is ignored); per-token scales do not depend on the batch.
+batch (their real tokens: padding is ignored; a batch holds documents of similar length, see analyze.py);
+per-token scales do not depend on the batch.
 
 The LM head is not quantised unless --lm_head: in our models and GPT-2 it is the token embedding matrix
 (tied), and the paper keeps embeddings in full precision. With --lm_head a tied head gets a private quantised
@@ -40,7 +42,7 @@ copy and the embedding stays exact. Memory: at most one extra copy of the quanti
 the CPU), from which they are restored bit for bit after each scheme.
 
 Perplexity: exp of the mean next-token NLL over the first --max_docs validation documents, each truncated to
-the block size, exactly as analyze.py (same batches, same convention for BOS and Hugging Face models).
+the block size, exactly as analyze.py (same batches, same --data default, tokenizer check and --bos).
 Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdout.
 
 --json PATH: {"format": 1, "schemes": [names], "lm_head": bool, "models": [{"model" (the --ckpt/--init_from

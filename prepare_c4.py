@@ -6,6 +6,8 @@ Tokenise C4 `en` (or an offline stand-in corpus) into the flat token files that 
     python prepare_c4.py --data_files /path/to/c4/en   # local c4-train.*.json.gz / c4-validation.*.json.gz
     python prepare_c4.py --source offline              # no network: stand-in corpus -> data/offline
     python prepare_c4.py --tokenizer bytes             # or --tokenizer my_vocab.tiktoken
+    python prepare_c4.py --source offline --tokenizer hf:HuggingFaceTB/SmolLM2-135M   # a model's own tokenizer
+    python prepare_c4.py --source offline --tokenizer hf:path/to/model.Q4_1.gguf      # ... or a GGUF file's
     python prepare_c4.py --source bigram_backcopy      # synthetic task of the CPU miniature -> data/bigram_backcopy
     python -c "import prepare_c4; prepare_c4.load_meta('data/c4')"   # check a prepared folder
 
@@ -18,25 +20,37 @@ Output format (format 1), in --out_dir:
     train.bin, val.bin  raw token ids, no header, np.memmap(path, dtype=meta["dtype"], mode="r").
                         Every document is encoded and followed by meta["eot_token"].
                         dtype is uint16 when vocab_size <= 65536, else uint32.
-    meta.json           {"format": 1, "tokenizer": "gpt2" | "bytes" | "<path>.tiktoken",
+    meta.json           {"format": 1, "tokenizer": "gpt2" | "bytes" | "<path>.tiktoken" | "hf:<name or path>",
                          "vocab_size": int, "eot_token": int, "dtype": "uint16" | "uint32",
                          "source": str, "stand_in_for_c4": bool, "description": str,
                          "splits": {"train": {"documents", "tokens", "sha256"}, "val": {...}},
-                         "args": {the arguments that determine the content}}
-                        tokens == file size / itemsize; sha256 is of the .bin file.
+                         "args": {the arguments that determine the content},
+                         "tokenizer_info": {"name", "vocab_size", "eot_token", "eot_text", "bos_token",
+                                            "eos_token", "add_bos", "sha256", "probe"}}
+                        tokens == file size / itemsize; sha256 is of the .bin file. tokenizer_info
+                        (Tokenizer.record) lets analyze.py / train.py check that data and model share a
+                        tokenizer: "probe" = the ids of PROBE_TEXT, compared between the two.
 A folder without meta.json is not prepared data: splits are written to SPLIT.bin.tmp and renamed
 when complete, and meta.json is written last. Finished splits are recorded in .progress.json, so
 re-running the same command after an interruption skips them. Re-running with different arguments
 on a folder that holds (some) prepared data is an error: pass --force to overwrite or another
 --out_dir.
 
-Tokenizers: gpt2 = tiktoken "gpt2" (ordinary text, eot 50256, vocab 50257). tiktoken downloads
-vocab.bpe and encoder.json once into its cache dir ($TIKTOKEN_CACHE_DIR, else
-$DATA_GYM_CACHE_DIR, else <tmp>/data-gym-cache; each file named by the sha1 of its URL, see
-GPT2_FILES); copy them there for offline machines. bytes = UTF-8 bytes 0..255, eot 256.
-PATH.tiktoken = a tiktoken ranks file (base64 token and rank per line) with the GPT-2 split
-pattern; eot = number of ranks. auto (default for --source offline) = gpt2 if its files are
-in the cache, else bytes; it never goes to the network.
+Tokenizers: gpt2 = GPT-2's BPE, the ids of tiktoken "gpt2" (ordinary text, eot 50256, vocab 50257). Offline
+it is read from a local copy of its ranks file (tiktoken's r50k_base, sha256 R50K_SHA256, checked): the
+file named by $GPT2_TIKTOKEN, or tiktoken's cached r50k_base download; one copy ships in the openai-whisper
+source package as whisper/assets/gpt2.tiktoken. Else tiktoken's cached vocab.bpe/encoder.json ($TIKTOKEN_CACHE_DIR,
+else $DATA_GYM_CACHE_DIR, else <tmp>/data-gym-cache; files named by the sha1 of their URL), else tiktoken
+downloads them. bytes = UTF-8 bytes 0..255, eot 256. PATH.tiktoken = a tiktoken ranks file (base64 token and
+rank per line) with the GPT-2 split pattern; eot = number of ranks, a new id after them (so a .tiktoken file
+is GPT-2-like by construction; for another model's tokenizer use hf:). hf:NAME_OR_DIR / hf:FILE.gguf = that
+model's own tokenizer through transformers (local files only; a GGUF file's embedded tokenizer needs the gguf
+package, and for llama.cpp's digit-splitting pre-tokenizers, DIGIT_SPLIT_PRE, the digit split that
+transformers' converter drops is restored). Special-token text inside a document is encoded as text. The
+document separator (eot) is <|endoftext|> when the vocabulary has it, else the tokenizer's EOS, else a new
+id one past the vocabulary (such data can be measured, not trained on). No BOS is written: analyze.py and
+eval_quant.py prepend one per document at measurement time (--bos). auto (default for --source offline) =
+gpt2 if a local copy exists, else bytes; it never goes to the network.
 
 Tokenisation runs on --num_proc worker processes (default: cores - 1) in chunks of documents;
 the main process reads the source and writes in order.
