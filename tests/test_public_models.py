@@ -391,3 +391,26 @@ def test_orthoadam_keeps_the_vocabulary_axis_of_an_untied_head():
     opt = train.configure_optimizer(m, dict(train.DEFAULTS, optimizer='orthoadam', n_embd=16), 'cpu')
     skip = [g for g in opt.param_groups if g.get('skip_axes') == (0,)]
     assert len(skip) == 1 and sorted(skip[0]['param_names']) == ['lm_head.weight', 'transformer.wte.weight']
+
+
+def test_cli_defaults_data_hints_and_eval_quant_on_a_public_model(tiny_public, tmp_path, capsys):
+    import eval_quant
+    with pytest.raises(SystemExit) as e:              # no data: the command that makes it, in the model's vocabulary
+        analyze.main(['--init_from', tiny_public, '--data', str(tmp_path / 'nowhere')])
+    assert f'--tokenizer hf:{tiny_public} --out_dir {tmp_path / "nowhere"}' in str(e.value)
+    data = str(prepare_c4.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=120))
+    eval_quant.main(['--init_from', tiny_public, '--data', data, '--schemes', 'absmax4', '--bos', 'eot',
+                     '--block_size', '32', '--json', str(tmp_path / 'q.json')])
+    run = json.loads((tmp_path / 'q.json').read_text())['models'][0]
+    assert run['data']['bos'] == prepare_c4.load_meta(data)['eot_token'] and run['ppl']['absmax4'] > 0
+    # our checkpoints measure, by default, the data they were trained on
+    from test_analyze import write_checkpoint
+    ckpt = write_checkpoint(str(tmp_path / 'run'))
+    state = torch.load(ckpt, weights_only=False)
+    state['config']['dataset'] = str(tmp_path / 'own')
+    torch.save(state, ckpt)
+    from test_analyze import random_docs, write_docs
+    write_docs(str(tmp_path / 'own'), random_docs())
+    analyze.main(['--ckpt', ckpt, '--max_docs', '3', '--json', str(tmp_path / 'a.json')])
+    assert json.loads((tmp_path / 'a.json').read_text())['data']['dir'] == str(tmp_path / 'own')
+    capsys.readouterr()
