@@ -602,7 +602,7 @@ def plot_attention_layers(runs, path):
     for row, (label, ex) in zip(axes, runs):
         for ax, (title, m) in zip(row, layer_panels(len(ex['attn_layers']))):
             im = ax.imshow(ex['attn'] if m is None else ex['attn_layers'][m], cmap='viridis', vmin=0)
-            ax.set(title=f'{label}: {title}', xlabel='key', ylabel='query')
+            ax.set(title=title, xlabel='key', ylabel=f'{label}\nquery' if m is None else 'query')
             fig.colorbar(im, ax=ax, shrink=0.8)
     fig.suptitle('Attention maps of the first validation document, mean over heads (key 0 = first token)')
     return _save(fig, path)
@@ -623,7 +623,9 @@ def plot_hidden_layers(runs, path):
             norm = LogNorm(vmin=max(img.max() * 1e-4, 1e-12), vmax=max(img.max(), 1e-11))
             im = ax.imshow(img, aspect='auto', cmap='magma', interpolation='nearest', norm=norm)
             ax.set_yticks(range(len(top)), [f'ch {c}' for c in top], fontsize=7)
-            ax.set(title=f'{label}: {title}', xlabel='token position')
+            ax.set(title=title, xlabel='token position')
+            if m is None:
+                ax.set_ylabel(label)
             fig.colorbar(im, ax=ax, shrink=0.8)
     fig.suptitle(f'|Hidden state| of the first validation document, the {TOP_CHANNELS} channels with the largest values')
     return _save(fig, path)

@@ -7,7 +7,7 @@
 # The architecture (30 layers x 576, 9 heads / 3 key-value heads, ...) comes from the model; attn, block_size and
 # the training settings below from this file. The same command resumes a run whose out_dir holds a checkpoint.
 dataset = 'offline_smollm2'
-block_size, batch_size, gradient_accumulation_steps = 128, 4, 1
+block_size, batch_size, gradient_accumulation_steps = 256, 2, 1
 learning_rate, min_lr, weight_decay = 1e-4, 1e-5, 0.0
 warmup_iters, max_iters, lr_decay_iters = 5, 50, 50
 eval_interval, eval_tokens, log_interval = 50, 8192, 5

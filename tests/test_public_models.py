@@ -414,3 +414,20 @@ def test_cli_defaults_data_hints_and_eval_quant_on_a_public_model(tiny_public, t
     analyze.main(['--ckpt', ckpt, '--max_docs', '3', '--json', str(tmp_path / 'a.json')])
     assert json.loads((tmp_path / 'a.json').read_text())['data']['dir'] == str(tmp_path / 'own')
     capsys.readouterr()
+
+
+def test_gguf_without_its_packages_is_a_one_line_error(tmp_path, monkeypatch):
+    import importlib.util
+    import model as model_module
+    path = tmp_path / 'm.gguf'
+    path.write_bytes(b'GGUF')
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: None if name in ('gguf', 'accelerate') else real(name, *a))
+    with pytest.raises(ValueError, match='pip install gguf accelerate') as e:
+        model_module.load_hf(str(path))
+    assert '\n' not in str(e.value)
+    with pytest.raises(ValueError, match='not found'):
+        model_module.load_hf(str(tmp_path / 'missing.gguf'))
+    monkeypatch.setitem(__import__('sys').modules, 'gguf', None)
+    with pytest.raises(prepare_c4.PrepareError, match='needs the gguf package: pip install gguf'):
+        prepare_c4.load_tokenizer(f'hf:{path}')
