@@ -230,6 +230,18 @@ def test_prepare_with_a_model_tokenizer_records_it_and_round_trips(tmp_path):
     assert [tok.decode(d.tolist()) for d in prepare_c4.iter_documents(out, 'val')] == docs
 
 
+def test_c4_shards_in_a_model_vocabulary(tmp_path):
+    from test_prepare_c4 import TRAIN, VAL, write_shard
+    (tmp_path / 'c4').mkdir()
+    write_shard(tmp_path / 'c4' / 'c4-train.00000-of-00001.json.gz', TRAIN[0])
+    write_shard(tmp_path / 'c4' / 'c4-validation.00000-of-00001.json.gz', VAL)
+    folder = write_hf_tokenizer(tmp_path / 'tok', tiny_ranks())
+    out = prepare_c4.prepare_c4(tmp_path / 'data', f'hf:{folder}', [str(tmp_path / 'c4')])
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert [tok.decode(d.tolist()) for d in prepare_c4.iter_documents(out, 'train')] == TRAIN[0]
+    assert prepare_c4.load_meta(out)['tokenizer_info']['name'] == f'hf:{folder}'
+
+
 def test_a_tokenizer_that_writes_its_separator_inside_a_document_is_refused():
     tok = prepare_c4.Tokenizer('t', 10, 3, lambda text: [1, 3, 2])
     with pytest.raises(prepare_c4.PrepareError, match='separator 3 inside a document'):

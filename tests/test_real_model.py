@@ -62,6 +62,7 @@ def test_gguf_tokenizer_splits_every_digit_as_the_original(smol):
 
 def test_from_hf_logits_match_transformers_on_real_sentences(smol):
     _, hf, tok, _ = smol
+    assert not getattr(hf, 'is_quantized', False)   # load_hf copied the GGUF weights into a plain model (saveable)
     ours = GPT.from_hf(hf, block_size=64)
     c = ours.config
     assert (c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.vocab_size, c.rope_base, c.tie_embeddings) == \
