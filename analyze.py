@@ -207,29 +207,29 @@ def val_batches(data_dir: str, max_docs: int | None, block_size: int, batch_size
     block_size, in batches of similar length: every BUCKET_DOCS documents are sorted by length (longest first,
     ties in file order) and cut into batches of batch_size, right-padded with 0, so that padding stays small.
     Yields (idx (B, T) int64, mask (B, T) bool, True = a real token)."""
-    window = []
+    for idx, mask, _ in numbered_batches(data_dir, max_docs, block_size, batch_size, bos):
+        yield idx, mask
+
+
+def numbered_batches(data_dir, max_docs, block_size, batch_size, bos=None):
+    """val_batches, each batch with the list of its rows' document numbers (0 = the first non-empty document)."""
+    window, number = [], 0
     for doc in iter_documents(data_dir, 'val', max_docs):
         if len(doc) == 0:
             continue
-        window.append((np.concatenate(([bos], doc)) if bos is not None else doc)[:block_size])
+        window.append((number, (np.concatenate(([bos], doc)) if bos is not None else doc)[:block_size]))
+        number += 1
         if len(window) == BUCKET_DOCS:
             yield from _buckets(window, batch_size)
             window = []
     yield from _buckets(window, batch_size)
 
 
-def _buckets(docs, batch_size):
-    docs = sorted(docs, key=len, reverse=True)     # stable: equal lengths keep their order
-    for i in range(0, len(docs), batch_size):
-        yield _collate(docs[i:i + batch_size])
-
-
-def first_document(data_dir: str, block_size: int, bos: int | None = None):
-    """The first non-empty validation document as a (1, T) batch (idx, mask), or None."""
-    for doc in iter_documents(data_dir, 'val'):
-        if len(doc):
-            return _collate([(np.concatenate(([bos], doc)) if bos is not None else doc)[:block_size]])
-    return None
+def _buckets(window, batch_size):
+    window = sorted(window, key=lambda d: len(d[1]), reverse=True)     # stable: equal lengths keep their order
+    for i in range(0, len(window), batch_size):
+        part = window[i:i + batch_size]
+        yield (*_collate([d for _, d in part]), [n for n, _ in part])
 
 
 def _collate(docs):
@@ -361,8 +361,10 @@ class Stats:
         self.n_docs_rest += int(has_rest.sum())
         s = self.sums
         for m, h in enumerate(hidden):
-            h = h.double()
-            k, r, a = kurtosis(h), norm_ratio(h), h.abs().amax(-1)               # (B, T) each
+            h = h.double()                # kurtosis(), norm_ratio() and max |x| in one pass over shared parts
+            c2 = (h - h.mean(-1, keepdim=True)).square()
+            var, a = c2.mean(-1), h.abs().amax(-1)
+            k, r = (c2 * c2).mean(-1) / (var * var), a / h.norm(dim=-1)          # (B, T) each
             s['kurtosis_first'][m] += k[:, 0][first].sum().cpu()
             s['kurtosis_rest'][m] += k[rest].sum().cpu()
             s['norm_ratio_first'][m] += r[:, 0][first].sum().cpu()
@@ -394,14 +396,14 @@ class Stats:
         return out
 
 
-def example_sequence(hidden, attn, mask):
-    """Plot data from the first document of a batch: attention averaged over heads, per layer (attn_layers) and
+def example_sequence(hidden, attn, mask, row=0):
+    """Plot data from one document (row) of a batch: attention averaged over heads, per layer (attn_layers) and
     over layers too (attn), first ATTN_PLOT_TOKENS tokens; |hidden state| per layer (hidden_layers) and averaged
     over layers (hidden), first HIDDEN_PLOT_TOKENS tokens."""
-    n = int(mask[0].sum())
+    n = int(mask[row].sum())
     ta, th = min(n, ATTN_PLOT_TOKENS), min(n, HIDDEN_PLOT_TOKENS)
-    attn_layers = torch.stack([p[0, :, :ta, :ta].float().mean(0) for p in attn]).cpu().numpy()
-    hidden_layers = torch.stack([h[0, :th].float().abs() for h in hidden]).cpu().numpy()
+    attn_layers = torch.stack([p[row, :, :ta, :ta].float().mean(0) for p in attn]).cpu().numpy()
+    hidden_layers = torch.stack([h[row, :th].float().abs() for h in hidden]).cpu().numpy()
     return {'attn': attn_layers.mean(0), 'hidden': hidden_layers.mean(0), 'attn_layers': attn_layers,
             'hidden_layers': hidden_layers}
 
@@ -409,20 +411,17 @@ def example_sequence(hidden, attn, mask):
 def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str):
     """(JSON-ready result dict, plot data of the first document) for one model."""
     meta = check_data(data_dir, lm)
-    first = first_document(data_dir, lm.block_size, lm.bos)
-    if first is None:
-        raise ValueError(f"{data_dir}: the val split has no documents")
-    _, hidden, attn = forward(lm, first[0].to(device), analysis=True)
-    example = example_sequence(hidden, attn, first[1])
-    stats, docs = None, 0
+    stats, example, docs = None, None, 0
     progress = Progress(run_label(lm.name), target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
-    for idx, mask in val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
+    for idx, mask, numbers in numbered_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
         idx, mask = idx.to(device), mask.to(device)
         logits, hidden, attn = forward(lm, idx, analysis=True)
         stats = stats or Stats(len(hidden), attn[0].size(1))
         stats.update(hidden, attn, mask)
         s, n = nll_sum(logits, idx, mask)
         stats.nll, stats.n_predicted = stats.nll + s, stats.n_predicted + n
+        if 0 in numbers:                                   # the plots show the first document
+            example = example_sequence(hidden, attn, mask, numbers.index(0))
         del logits, hidden, attn
         docs += len(idx)
         progress.update(docs, 0)

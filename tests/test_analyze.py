@@ -231,8 +231,8 @@ def test_val_batches_sort_by_length_within_windows_bos_truncation_padding(docs_d
     idx, mask = next(analyze.val_batches(docs_dir, 3, 8, 8))
     assert idx.shape == (2, 8) and mask.sum(1).tolist() == [8, 1]      # 3 documents, one of them empty
     assert idx[1, 1:].eq(0).all() and idx.dtype == torch.int64
-    first, first_mask = analyze.first_document(docs_dir, 8)
-    assert first.tolist() == [random_docs()[0].tolist()] and first_mask.all()
+    numbers = [n for _, _, part in analyze.numbered_batches(docs_dir, None, 16, 4) for n in part]
+    assert numbers == sorted(range(len(docs)), key=lambda i: -len(docs[i]))   # document numbers, in batch order
 
 
 def test_perplexity_equals_a_direct_computation(docs_dir, tmp_path):
