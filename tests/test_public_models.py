@@ -443,3 +443,13 @@ def test_gguf_without_its_packages_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setitem(__import__('sys').modules, 'gguf', None)
     with pytest.raises(prepare_c4.PrepareError, match='needs the gguf package: pip install gguf'):
         prepare_c4.load_tokenizer(f'hf:{path}')
+
+
+def test_reproduce_still_matches_runs_saved_before_the_new_model_keys():
+    import reproduce
+    cfg = reproduce.resolve('tiny_cpu', [])
+    identity = {k: v for k, v in json.loads(json.dumps(cfg, default=str)).items() if k not in reproduce.NOT_IDENTITY}
+    old = {k: v for k, v in identity.items() if k not in ('n_kv_head', 'mlp_hidden', 'rope_base', 'norm_eps',
+                                                          'tie_embeddings')}
+    assert reproduce.saved_identity(old) == identity
+    assert reproduce.saved_identity(dict(old, n_layer=7)) != identity
