@@ -4,19 +4,26 @@
     python analyze.py --ckpt out/a/ckpt.pt out/b/ckpt.pt --json results/ --plots figures/
     python analyze.py --ckpt out/x/ckpt.pt --data data/offline --max_docs 200 --json x.json
     python analyze.py --init_from gpt2 gpt2-medium --max_docs 10000     # pip install transformers; cached weights
+    python analyze.py --init_from model.Q4_1.gguf --data data/offline_smollm2 --max_docs 200   # a GGUF file
     python analyze.py --table results/ y.json                          # saved JSON files -> Markdown tables
 
 Models: --ckpt takes train.py checkpoints (a ckpt.pt or its folder); --init_from takes Hugging Face
-names or local folders (GPT-2, Llama family), loaded with transformers from local files only, in
-fp32 with eager attention. Data: the first --max_docs documents (0 = all) of the val split of a
-prepare_c4.py folder (--data), in order, empty ones skipped, each truncated to the block size (ours:
-the model's; Hugging Face: 256, the paper's training length; --block_size overrides). The data must be
-tokenised with the model's vocabulary.
+names or local folders (any causal LM transformers loads: GPT-2, Llama, ...) and GGUF files (transformers
+dequantises them; needs gguf and accelerate), loaded from local files only, in fp32 with eager attention.
+Data: the first --max_docs documents (0 = all) of the val split of a prepare_c4.py folder (--data; default:
+the dataset a checkpoint was trained on, data/c4 for Hugging Face models), empty ones skipped, each truncated
+to the block size (ours: the model's; Hugging Face: 256, the paper's training length; --block_size
+overrides). The data must be tokenised with the model's tokenizer: when both record one (meta.json
+"tokenizer_info"; a checkpoint's "tokenizer"; a Hugging Face model's own tokenizer files or GGUF), their ids
+on a test sentence must agree, else the error names the prepare_c4.py command that makes the right data.
+Documents are read BUCKET_DOCS at a time and sorted by length before they are cut into --batch_size batches,
+so padding is small; every metric is a sum over documents, so the order does not change the numbers.
 
 Conventions (all metrics on the hidden state after each block's residual additions, X_m, m = 1..M):
-  first token  position 0 of every document. Models whose config has a BOS token (Llama family;
-               every model type except gpt2) get it prepended, so for them position 0 is BOS; so do
-               ours trained with windows='document' (their BOS is the data's eot token).
+  first token  position 0 of every document. --bos auto (default): models whose config has a BOS token
+               (Llama family; every model type except gpt2) get it prepended, so for them position 0 is
+               BOS; so do ours trained with windows='document' (their BOS is the data's eot token).
+               --bos none / eot (the data's document separator, e.g. <|endoftext|>) / ID choose otherwise.
   rest         every other position of the document (within the block size).
   kurtosis     raw, per position over the features d: E_d[(X-mu)^4] / E_d[(X-mu)^2]^2 (Gaussian: 3),
                averaged over first tokens resp. rest positions, per layer.
@@ -46,8 +53,9 @@ JSON (--json PATH: a file for one model; a folder, one <label>.json per model, f
   per_head {first_attn_argmax, first_attn_mass, attn_nowhere: M lists of H floats}.
   max_abs is in the units of the hidden state; a NaN is written as null.
 
---plots DIR writes attention_map.png (Fig. 1a), hidden_states.png (Fig. 1b), layer_progression.png
-(Appendix I), training_curve.png (Appendix L, from log.jsonl next to each checkpoint) and
+--plots DIR writes attention_map.png (Fig. 1a), hidden_states.png (Fig. 1b), attention_layers.png
+(Appendix K: mean over heads for the mean over layers, layer 1, L/4 and 3L/4), hidden_layers.png
+(Appendix J: the largest channels for the same layers), layer_progression.png (Appendix I), training_curve.png (Appendix L, from log.jsonl next to each checkpoint) and
 optimizer_basis.png (Appendix E: per-feature norm of the MLP output weight and the per-feature sum of
 the optimizer's second moments from the checkpoint).
 """
@@ -66,10 +74,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model import GPT
-from prepare_c4 import Progress, duration, iter_documents, load_meta, write_json
+from model import GPT, load_hf
+from prepare_c4 import PrepareError, Progress, iter_documents, load_meta, load_tokenizer, tokenizer_mismatch, write_json
 
 HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
+BUCKET_DOCS = 512        # documents read ahead and sorted by length, so that a batch holds similar lengths
 ATTN_PLOT_TOKENS = 32    # Fig. 1a shows the first tokens of one document
 HIDDEN_PLOT_TOKENS = 64
 TOP_CHANNELS = 12
@@ -84,42 +93,47 @@ ATTN_METRICS = ('first_attn_argmax', 'first_attn_mass', 'attn_nowhere')
 # ----------------------------------------------------------------------------- models
 @dataclass
 class LoadedModel:
-    name: str                  # the spec it was loaded from, e.g. 'out/x/ckpt.pt' or 'gpt2'
+    name: str                  # the spec it was loaded from, e.g. 'out/x/ckpt.pt', 'gpt2' or 'x/model.Q4_1.gguf'
     model: torch.nn.Module     # eval mode, on device
     kind: str                  # 'ours' | 'hf'
     bos: int | None            # token prepended to every document, or None
     block_size: int            # max sequence length used for analysis
     vocab_size: int
     config: dict               # model config for the JSON output
+    tokenizer: dict | None = None   # the model's tokenizer record (prepare_c4 Tokenizer.record()), if known
+    data: str | None = None    # ours: the dataset folder it was trained on (the default --data)
 
 
 def load_model(spec: str, device: str = 'cpu', block_size: int | None = None) -> LoadedModel:
-    """A train.py checkpoint (a .pt file or a folder holding ckpt.pt) or a Hugging Face name / folder."""
+    """A train.py checkpoint (a .pt file or a folder holding ckpt.pt), a Hugging Face name / folder or a GGUF file."""
     path = os.path.join(spec, 'ckpt.pt') if os.path.isfile(os.path.join(spec, 'ckpt.pt')) else spec
-    if path.endswith('.pt') or os.path.isfile(path):
+    if path.endswith('.pt') or (os.path.isfile(path) and not path.endswith('.gguf')):
         model, ckpt = GPT.from_checkpoint(path, device)
         train_cfg = ckpt.get('config') or {}
         config = dict(ckpt['model_args'], n_params=model.num_params(), optimizer=train_cfg.get('optimizer'),
                       iter_num=ckpt.get('iter_num'), dataset=train_cfg.get('dataset'))
+        data = os.path.join('data', train_cfg['dataset']) if train_cfg.get('dataset') else None
+        tokenizer = ckpt.get('tokenizer')
+        if tokenizer is None and data is not None:    # checkpoints that do not record it: the data they trained on
+            try:
+                tokenizer = load_meta(data).get('tokenizer_info')
+            except ValueError:
+                pass
         return LoadedModel(spec, model, 'ours', ckpt.get('bos'), _block_size(spec, block_size, model.config.block_size),
-                           model.config.vocab_size, config)
-    try:
-        import transformers
-    except ImportError:
-        raise ValueError(f"{spec} is not a checkpoint file, and Hugging Face models need transformers: "
-                         f"pip install transformers") from None
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            spec, attn_implementation='eager', dtype=torch.float32, local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{spec}: no such checkpoint, and no Hugging Face weights for it on this machine (they must "
-                         f"be in the Hugging Face cache or a local folder; download once with network: python -c "
-                         f"\"import transformers; transformers.AutoModelForCausalLM.from_pretrained('{spec}')\") "
-                         f"[{type(e).__name__}]") from None
-    return wrap_hf(model.to(device), spec, block_size)
+                           model.config.vocab_size, config, tokenizer, data)
+    model = load_hf(spec)
+    return wrap_hf(model.to(device), spec, block_size, hf_tokenizer(spec))
 
 
-def wrap_hf(model, name: str, block_size: int | None = None) -> LoadedModel:
+def hf_tokenizer(spec):
+    """The tokenizer record of a Hugging Face name / folder / GGUF file, or None when it has no tokenizer here."""
+    try:
+        return load_tokenizer(f'hf:{spec}').record()
+    except PrepareError:
+        return None
+
+
+def wrap_hf(model, name: str, block_size: int | None = None, tokenizer: dict | None = None) -> LoadedModel:
     """LoadedModel for an instantiated transformers causal LM (switched to eager attention)."""
     if model.config._attn_implementation != 'eager':
         model.set_attn_implementation('eager')
@@ -130,7 +144,21 @@ def wrap_hf(model, name: str, block_size: int | None = None) -> LoadedModel:
                   n_embd=c.hidden_size, vocab_size=c.vocab_size, max_position_embeddings=max_len,
                   n_params=sum(p.numel() for p in model.parameters()))
     return LoadedModel(name, model.eval(), 'hf', bos, _block_size(name, block_size, max_len, HF_BLOCK_SIZE),
-                       c.vocab_size, config)
+                       c.vocab_size, config, tokenizer)
+
+
+def choose_bos(lm: LoadedModel, choice: str, meta: dict) -> LoadedModel:
+    """Apply --bos: 'auto' keeps the model's convention (ours: the checkpoint's, Hugging Face: the config's
+    bos_token_id except for GPT-2), 'none' prepends nothing, 'eot' the data's document separator, a number that id."""
+    if choice == 'none':
+        lm.bos = None
+    elif choice == 'eot':
+        lm.bos = meta['eot_token']
+    elif choice != 'auto':
+        if not re.fullmatch(r'\d+', choice) or int(choice) >= lm.vocab_size:
+            raise ValueError(f"--bos {choice}: expected auto, none, eot or a token id below {lm.vocab_size}")
+        lm.bos = int(choice)
+    return lm
 
 
 def _block_size(name, requested, limit, default=None):
@@ -175,18 +203,33 @@ def forward(lm: LoadedModel, idx: torch.Tensor, analysis: bool = False):
 # ----------------------------------------------------------------------------- data
 def val_batches(data_dir: str, max_docs: int | None, block_size: int, batch_size: int,
                 bos: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Validation documents in order (BOS prepended when given; empty ones skipped), truncated to block_size
-    and right-padded with 0: (idx (B, T) int64, mask (B, T) bool, True = a real token)."""
-    docs = []
+    """The first max_docs validation documents (BOS prepended when given; empty ones skipped), truncated to
+    block_size, in batches of similar length: every BUCKET_DOCS documents are sorted by length (longest first,
+    ties in file order) and cut into batches of batch_size, right-padded with 0, so that padding stays small.
+    Yields (idx (B, T) int64, mask (B, T) bool, True = a real token)."""
+    for idx, mask, _ in numbered_batches(data_dir, max_docs, block_size, batch_size, bos):
+        yield idx, mask
+
+
+def numbered_batches(data_dir, max_docs, block_size, batch_size, bos=None):
+    """val_batches, each batch with the list of its rows' document numbers (0 = the first non-empty document)."""
+    window, number = [], 0
     for doc in iter_documents(data_dir, 'val', max_docs):
         if len(doc) == 0:
             continue
-        docs.append((np.concatenate(([bos], doc)) if bos is not None else doc)[:block_size])
-        if len(docs) == batch_size:
-            yield _collate(docs)
-            docs = []
-    if docs:
-        yield _collate(docs)
+        window.append((number, (np.concatenate(([bos], doc)) if bos is not None else doc)[:block_size]))
+        number += 1
+        if len(window) == BUCKET_DOCS:
+            yield from _buckets(window, batch_size)
+            window = []
+    yield from _buckets(window, batch_size)
+
+
+def _buckets(window, batch_size):
+    window = sorted(window, key=lambda d: len(d[1]), reverse=True)     # stable: equal lengths keep their order
+    for i in range(0, len(window), batch_size):
+        part = window[i:i + batch_size]
+        yield (*_collate([d for _, d in part]), [n for n, _ in part])
 
 
 def _collate(docs):
@@ -198,19 +241,56 @@ def _collate(docs):
 
 
 def check_data(data_dir, lm):
-    """meta.json of the data, after checking its vocabulary fits the model."""
+    """meta.json of the data, after checking it was tokenised for this model: the same tokenizer when both record
+    one (ids of a test sentence, prepare_c4.tokenizer_mismatch), and token ids within the model's vocabulary."""
     meta = load_meta(data_dir)
-    if meta['vocab_size'] > lm.vocab_size:
-        raise ValueError(f"{data_dir} was tokenised with {meta['tokenizer']} (vocab_size {meta['vocab_size']}) but "
-                         f"{lm.name} has vocab_size {lm.vocab_size}: the data was tokenised for another vocabulary")
+    problem = tokenizer_mismatch(meta.get('tokenizer_info'), lm.tokenizer)
+    if problem is None and meta['vocab_size'] > lm.vocab_size:
+        problem = (f"it was tokenised with {meta['tokenizer']} (vocab_size {meta['vocab_size']}) but {lm.name} has "
+                   f"vocab_size {lm.vocab_size}: the data was tokenised for another vocabulary")
+    if problem:
+        raise ValueError(f"{data_dir} does not fit {lm.name}: {problem}; make data in its vocabulary with "
+                         f"{prepare_command(lm, meta, data_dir)}")
     return meta
+
+
+def prepare_command(lm, meta, data_dir):
+    """The prepare_c4.py command that writes the data of `meta` (same source) in the model's vocabulary."""
+    if lm.kind == 'hf':
+        tokenizer = f'hf:{lm.name}'
+    else:
+        tokenizer = (lm.tokenizer or {}).get('name') or '<the tokenizer it was trained with>'
+    args = meta.get('args') or {}
+    source = {'offline': '--source offline', 'bigram_backcopy': '--source bigram_backcopy'}.get(args.get('source'), '')
+    if args.get('data_files'):
+        source = '--data_files ' + ' '.join(args['data_files'])
+    out = f"{str(data_dir).rstrip('/')}_{run_label(lm.name)}"
+    return ' '.join(x for x in ('python prepare_c4.py', source, f'--tokenizer {tokenizer}', f'--out_dir {out}') if x)
+
+
+def data_or_hint(data_dir, hf_spec=None):
+    """meta.json of data_dir; when it is not prepared data, the error names the command that prepares it (in the
+    vocabulary of the Hugging Face model hf_spec when given)."""
+    try:
+        return load_meta(data_dir)
+    except ValueError as e:
+        if os.path.exists(os.path.join(data_dir, 'meta.json')):
+            raise
+        tokenizer = f' --tokenizer hf:{hf_spec}' if hf_spec else ''
+        raise ValueError(f"{data_dir} is not a prepared dataset (no meta.json): python prepare_c4.py{tokenizer} "
+                         f"--out_dir {data_dir} (C4 from the hub; add --data_files DIR for local shards), or "
+                         f"python prepare_c4.py --source offline{tokenizer} --out_dir DIR and pass --data DIR") from None
 
 
 def nll_sum(logits, idx, mask):
     """(sum of next-token NLL, number of predicted tokens) over positions t with mask[t] and mask[t+1]."""
     valid = mask[:, :-1] & mask[:, 1:]
-    nll = F.cross_entropy(logits[:, :-1][valid].float(), idx[:, 1:][valid], reduction='sum')
-    return float(nll), int(valid.sum())
+    nll = 0.0
+    for b in range(len(idx)):      # one document at a time: its (T, vocab) log-probabilities stay in cache
+        n = int(valid[b].sum())    # valid positions of a row are a prefix (documents are right-padded)
+        if n:
+            nll += float(F.cross_entropy(logits[b, :n].float(), idx[b, 1:n + 1], reduction='sum'))
+    return nll, int(valid.sum())
 
 
 def nll_total(lm: LoadedModel, data_dir, max_docs, batch_size, device, label=None, on_batch=None):
@@ -281,8 +361,10 @@ class Stats:
         self.n_docs_rest += int(has_rest.sum())
         s = self.sums
         for m, h in enumerate(hidden):
-            h = h.double()
-            k, r, a = kurtosis(h), norm_ratio(h), h.abs().amax(-1)               # (B, T) each
+            h = h.double()                # kurtosis(), norm_ratio() and max |x| in one pass over shared parts
+            c2 = (h - h.mean(-1, keepdim=True)).square()
+            var, a = c2.mean(-1), h.abs().amax(-1)
+            k, r = (c2 * c2).mean(-1) / (var * var), a / h.norm(dim=-1)          # (B, T) each
             s['kurtosis_first'][m] += k[:, 0][first].sum().cpu()
             s['kurtosis_rest'][m] += k[rest].sum().cpu()
             s['norm_ratio_first'][m] += r[:, 0][first].sum().cpu()
@@ -314,13 +396,16 @@ class Stats:
         return out
 
 
-def example_sequence(hidden, attn, mask):
-    """Plot data from the first document of a batch: attention averaged over layers and heads (first
-    ATTN_PLOT_TOKENS tokens) and |hidden state| averaged over layers (first HIDDEN_PLOT_TOKENS tokens)."""
-    n = int(mask[0].sum())
+def example_sequence(hidden, attn, mask, row=0):
+    """Plot data from one document (row) of a batch: attention averaged over heads, per layer (attn_layers) and
+    over layers too (attn), first ATTN_PLOT_TOKENS tokens; |hidden state| per layer (hidden_layers) and averaged
+    over layers (hidden), first HIDDEN_PLOT_TOKENS tokens."""
+    n = int(mask[row].sum())
     ta, th = min(n, ATTN_PLOT_TOKENS), min(n, HIDDEN_PLOT_TOKENS)
-    return {'attn': torch.stack([p[0, :, :ta, :ta].float().mean(0) for p in attn]).mean(0).cpu().numpy(),
-            'hidden': torch.stack([h[0, :th].float().abs() for h in hidden]).mean(0).cpu().numpy()}
+    attn_layers = torch.stack([p[row, :, :ta, :ta].float().mean(0) for p in attn]).cpu().numpy()
+    hidden_layers = torch.stack([h[row, :th].float().abs() for h in hidden]).cpu().numpy()
+    return {'attn': attn_layers.mean(0), 'hidden': hidden_layers.mean(0), 'attn_layers': attn_layers,
+            'hidden_layers': hidden_layers}
 
 
 def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str):
@@ -328,14 +413,16 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
     meta = check_data(data_dir, lm)
     stats, example, docs = None, None, 0
     progress = Progress(run_label(lm.name), target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
-    for idx, mask in val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
+    for idx, mask, numbers in numbered_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
         idx, mask = idx.to(device), mask.to(device)
         logits, hidden, attn = forward(lm, idx, analysis=True)
         stats = stats or Stats(len(hidden), attn[0].size(1))
         stats.update(hidden, attn, mask)
         s, n = nll_sum(logits, idx, mask)
         stats.nll, stats.n_predicted = stats.nll + s, stats.n_predicted + n
-        example = example or example_sequence(hidden, attn, mask)
+        if 0 in numbers:                                   # the plots show the first document
+            example = example_sequence(hidden, attn, mask, numbers.index(0))
+        del logits, hidden, attn
         docs += len(idx)
         progress.update(docs, 0)
     if stats is None:
@@ -379,12 +466,12 @@ def optimizer_basis(lm: LoadedModel):
 
 # ----------------------------------------------------------------------------- tables
 def run_label(name):
-    """'out/x/ckpt.pt' -> 'x', 'runs/y.pt' -> 'y', 'meta-llama/Llama-2-7b-hf' -> 'Llama-2-7b-hf'."""
+    """'out/x/ckpt.pt' -> 'x', 'runs/y.pt' -> 'y', 'meta-llama/Llama-2-7b-hf' -> 'Llama-2-7b-hf', 'm/z.gguf' -> 'z'."""
     name = name.rstrip('/')
     if os.path.basename(name) == 'ckpt.pt':
         name = os.path.dirname(name) or name
     base = os.path.basename(name) or name
-    return base[:-3] if base.endswith('.pt') else base
+    return base[:-3] if base.endswith('.pt') else base[:-5] if base.endswith('.gguf') else base
 
 
 def _fmt(value, spec):
@@ -500,6 +587,49 @@ def plot_hidden_states(runs, path):
     return _save(fig, path)
 
 
+def layer_panels(n_layer):
+    """Appendix J/K's panels: the mean over layers, the first layer, and the layers at 1/4 and 3/4 of the depth."""
+    picks = dict.fromkeys([0, n_layer // 4, (3 * n_layer) // 4])
+    return [('mean over layers', None)] + [(f'layer {m + 1}', m) for m in picks]
+
+
+def plot_attention_layers(runs, path):
+    """Appendix K: attention of the first document averaged over heads, per selected layer (one row per model)."""
+    plt = _pyplot()
+    cols = max(len(layer_panels(len(ex['attn_layers']))) for _, ex in runs)
+    fig, axes = plt.subplots(len(runs), cols, figsize=(3.6 * cols, 3.4 * len(runs)), squeeze=False, layout='constrained')
+    for row, (label, ex) in zip(axes, runs):
+        for ax, (title, m) in zip(row, layer_panels(len(ex['attn_layers']))):
+            im = ax.imshow(ex['attn'] if m is None else ex['attn_layers'][m], cmap='viridis', vmin=0)
+            ax.set(title=title, xlabel='key', ylabel=f'{label}\nquery' if m is None else 'query')
+            fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.suptitle('Attention maps of the first validation document, mean over heads (key 0 = first token)')
+    return _save(fig, path)
+
+
+def plot_hidden_layers(runs, path):
+    """Appendix J: |hidden state| of the first document in the channels holding the largest activations, for the
+    mean over layers and selected layers (one row per model), log colour scale."""
+    plt = _pyplot()
+    from matplotlib.colors import LogNorm
+    cols = max(len(layer_panels(len(ex['hidden_layers']))) for _, ex in runs)
+    fig, axes = plt.subplots(len(runs), cols, figsize=(4.2 * cols, 3.4 * len(runs)), squeeze=False, layout='constrained')
+    for row, (label, ex) in zip(axes, runs):
+        for ax, (title, m) in zip(row, layer_panels(len(ex['hidden_layers']))):
+            h = ex['hidden'] if m is None else ex['hidden_layers'][m]                   # (T, C)
+            top = np.argsort(-h.max(0))[:TOP_CHANNELS]
+            img = h[:, top].T
+            norm = LogNorm(vmin=max(img.max() * 1e-4, 1e-12), vmax=max(img.max(), 1e-11))
+            im = ax.imshow(img, aspect='auto', cmap='magma', interpolation='nearest', norm=norm)
+            ax.set_yticks(range(len(top)), [f'ch {c}' for c in top], fontsize=7)
+            ax.set(title=title, xlabel='token position')
+            if m is None:
+                ax.set_ylabel(label)
+            fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.suptitle(f'|Hidden state| of the first validation document, the {TOP_CHANNELS} channels with the largest values')
+    return _save(fig, path)
+
+
 def plot_layer_progression(results, path):
     """Appendix I: per-layer metrics against the layer index normalised to [0, 1]."""
     plt = _pyplot()
@@ -582,9 +712,13 @@ def main(argv=None):
     p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
     p.add_argument('--init_from', nargs='+', default=[], metavar='NAME',
                    help='Hugging Face models: gpt2, gpt2-medium, gpt2-large, gpt2-xl, a local Llama folder')
-    p.add_argument('--data', default='data/c4', help='prepared dataset folder (prepare_c4.py); its val split is used')
+    p.add_argument('--data', default=None, help='prepared dataset folder (prepare_c4.py); its val split is used '
+                   '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
+    p.add_argument('--bos', default='auto', help="token prepended to every document: auto (the model's convention), "
+                   "none, eot (the data's document separator) or a token id")
     p.add_argument('--max_docs', type=int, default=100_000, help='first N validation documents (0 = all)')
-    p.add_argument('--batch_size', type=int, default=8)
+    p.add_argument('--batch_size', type=int, default=None, help='documents per forward pass (default: 8 on CUDA, 1 on '
+                   'CPU, where one document at a time was measured fastest; the numbers do not depend on it)')
     p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: see docstring)')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     p.add_argument('--json', metavar='PATH', help='write results: PATH.json for one model, else a folder')
@@ -607,17 +741,22 @@ def main(argv=None):
                 raise ValueError(f"--ckpt {c}: the folder holds no ckpt.pt (pass best.pt's path for the best checkpoint)")
         if args.json and args.json.endswith('.json') and len(specs) > 1:
             raise ValueError(f"--json {args.json} is one file but {len(specs)} models were given: pass a folder")
+        device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
+        if args.batch_size is None:
+            args.batch_size = 8 if device.startswith('cuda') else 1
         if args.batch_size < 1:
             raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
-        device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
         max_docs = args.max_docs if args.max_docs > 0 else None
-        load_meta(args.data)       # fail before loading any model
+        if args.data is not None or args.init_from:
+            data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)  # before loading a model
         labels = [run_label(s) for s in specs]
         labels = [x if labels.count(x) == 1 else f'{x}-{i + 1}' for i, x in enumerate(labels)]
         results, examples, bases, logs = [], [], [], []
         for spec, label in zip(specs, labels):
             lm = load_model(spec, device, args.block_size)
-            result, example = analyze(lm, args.data, max_docs, args.batch_size, device)
+            data = args.data or lm.data or 'data/c4'
+            lm = choose_bos(lm, args.bos, data_or_hint(data, spec if lm.kind == 'hf' else None))
+            result, example = analyze(lm, data, max_docs, args.batch_size, device)
             results.append(result)
             examples.append((label, example))
             if args.plots:
@@ -644,6 +783,8 @@ def main(argv=None):
             d = args.plots
             written = [plot_attention_maps(examples, f'{d}/attention_map.png'),
                        plot_hidden_states(examples, f'{d}/hidden_states.png'),
+                       plot_attention_layers(examples, f'{d}/attention_layers.png'),
+                       plot_hidden_layers(examples, f'{d}/hidden_layers.png'),
                        plot_layer_progression(results, f'{d}/layer_progression.png'),
                        plot_optimizer_basis(bases, f'{d}/optimizer_basis.png')]
             if logs:

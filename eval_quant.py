@@ -2,6 +2,7 @@
 
     python eval_quant.py --ckpt out/gpt2_130m/ckpt.pt out/gpt2_130m_s1oa/ckpt.pt --json out/quant_130m.json
     python eval_quant.py --init_from gpt2 gpt2-medium --schemes zeropoint4          # Table 1 (transformers)
+    python eval_quant.py --init_from model.Q4_1.gguf --data data/offline_smollm2 --max_docs 200   # a GGUF file
     python eval_quant.py --ckpt out/main/ckpt.pt --data data/offline --max_docs 200
     python eval_quant.py --ckpt out/main/ckpt.pt --schemes fine,fine_channel,absmax4,zeropoint3g64
     python eval_quant.py --table out/quant_130m.json out/quant_350m.json            # runs side by side, Markdown
@@ -32,7 +33,8 @@ coarse quantises a layer's output after its bias.
 gives each input feature its own scale instead (over the batch's tokens): it isolates outlier feature
 channels, but those scales sit on the summed axis and cannot be factored out of an integer matmul.
 Per-tensor and per-channel activation scales span one forward pass, i.e. the --batch_size documents of a
-batch (their real tokens: padding is ignored); per-token scales do not depend on the batch.
+batch (their real tokens: padding is ignored; a batch holds documents of similar length, see analyze.py);
+per-token scales do not depend on the batch.
 
 The LM head is not quantised unless --lm_head: in our models and GPT-2 it is the token embedding matrix
 (tied), and the paper keeps embeddings in full precision. With --lm_head a tied head gets a private quantised
@@ -40,7 +42,7 @@ copy and the embedding stays exact. Memory: at most one extra copy of the quanti
 the CPU), from which they are restored bit for bit after each scheme.
 
 Perplexity: exp of the mean next-token NLL over the first --max_docs validation documents, each truncated to
-the block size, exactly as analyze.py (same batches, same convention for BOS and Hugging Face models).
+the block size, exactly as analyze.py (same batches, same --data default, tokenizer check and --bos).
 Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdout.
 
 --json PATH: {"format": 1, "schemes": [names], "lm_head": bool, "models": [{"model" (the --ckpt/--init_from
@@ -63,7 +65,7 @@ import torch
 import torch.nn as nn
 
 import analyze
-from prepare_c4 import load_meta, write_json
+from prepare_c4 import write_json
 
 PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
 
@@ -327,7 +329,10 @@ def main(argv=None):
     p.add_argument('--schemes', default=','.join(PAPER_SCHEMES), help=f"comma-separated, from {SCHEME_HELP} "
                    f"(default: {','.join(PAPER_SCHEMES)})")
     p.add_argument('--lm_head', action='store_true', help='also quantise the output head (default: full precision)')
-    p.add_argument('--data', default='data/c4', help='prepared dataset folder (prepare_c4.py); its val split is used')
+    p.add_argument('--data', default=None, help='prepared dataset folder (prepare_c4.py); its val split is used '
+                   '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
+    p.add_argument('--bos', default='auto', help="token prepended to every document: auto (the model's convention), "
+                   "none, eot (the data's document separator) or a token id")
     p.add_argument('--max_docs', type=int, default=100_000, help='first N validation documents (0 = all)')
     p.add_argument('--batch_size', type=int, default=8, help='documents per forward pass (per-tensor scales span it)')
     p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: as analyze.py)')
@@ -351,19 +356,22 @@ def main(argv=None):
             raise ValueError(f"checkpoint {missing[0]} not found")
         if args.batch_size < 1 or args.max_docs < 0:
             raise ValueError("--batch_size must be >= 1 and --max_docs >= 0")
-        load_meta(args.data)       # fail before loading any model
+        if args.data is not None or args.init_from:      # fail before loading any model
+            analyze.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
         device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
         models = []
         for spec in specs:
             lm = analyze.load_model(spec, device, args.block_size)
-            models.append(evaluate(lm, schemes, args.data, args.max_docs or None, args.batch_size, device,
+            data = args.data or lm.data or 'data/c4'
+            lm = analyze.choose_bos(lm, args.bos, analyze.data_or_hint(data, spec if lm.kind == 'hf' else None))
+            models.append(evaluate(lm, schemes, data, args.max_docs or None, args.batch_size, device,
                                    args.lm_head))
             del lm
             if args.json:
                 write_results(args.json, models, schemes, args.lm_head)
         d = models[0]['data']
         print(analyze.text_table(*table(models, list(schemes))))
-        print(f"{args.data} val: {d['documents']:,} documents, {d['predicted_tokens']:,} predicted tokens, "
+        print(f"{d['dir']} val: {d['documents']:,} documents, {d['predicted_tokens']:,} predicted tokens, "
               f"batch size {args.batch_size}, LM head {'quantised' if args.lm_head else 'full precision'}; "
               f"Δ = PPL_quant - PPL_full")
         if args.json:

@@ -17,7 +17,9 @@ state after the block's residual additions and the attention probabilities over 
 softmax-1 and attn_bias each row sums to < 1; the remainder went to the sink). With sink_token, the
 sink position is left out of 'hidden' and 'attn' and reported in trace['sink'].
 """
+import importlib.util
 import math
+import os
 from dataclasses import dataclass, fields
 
 import torch
@@ -30,7 +32,7 @@ CHOICES = {
     'attn': ('softmax', 'softmax1', 'clipped', 'gated', 'sigmoid'),
     'norm': ('layernorm', 'rmsnorm', 'rmsnorm_single'),
     'pos_emb': ('absolute', 'rotary', 'none'),
-    'mlp': ('gelu', 'swiglu'),
+    'mlp': ('gelu', 'gelu_tanh', 'swiglu'),
 }
 
 
@@ -46,13 +48,19 @@ class GPTConfig:
     attn: str = 'softmax'         # 'softmax' | 'softmax1' | 'clipped' | 'gated' | 'sigmoid' (attention.py)
     norm: str = 'layernorm'       # 'layernorm' | 'rmsnorm' (RMSNorm-M) | 'rmsnorm_single' (RMSNorm-S)
     pos_emb: str = 'absolute'     # 'absolute' | 'rotary' | 'none'
-    mlp: str = 'gelu'             # 'gelu' (GPT-2) | 'swiglu' (Llama-2)
+    mlp: str = 'gelu'             # 'gelu' (exact) | 'gelu_tanh' (GPT-2's tanh approximation) | 'swiglu' (Llama-2)
     causal_free_prefix: int = 0   # first k tokens attend to each other without causal masking
     clip_gamma: float = -0.025    # attn='clipped': clip((zeta - gamma) softmax + gamma, 0, 1), gamma <= 0
     clip_zeta: float = 1.0        #   and zeta >= 1 (Bondarenko et al.'s BERT values; OPT: gamma = -12/T)
     sigmoid_bias: float | None = None   # attn='sigmoid': sigmoid(s + b); None: b = -log(block_size)
     attn_bias: bool = False       # a learnt key and value per head and layer seen by every query
     sink_token: bool = False      # a learnt embedding prepended at position 0 of every window
+    # fields a public model may need (GPT.from_hf); the defaults are this codebase's own models
+    n_kv_head: int = 0            # key/value heads (grouped-query attention); 0 = n_head
+    mlp_hidden: int = 0           # MLP hidden size; 0 = 4 * n_embd (gelu), 8/3 * n_embd rounded up to 64 (swiglu)
+    rope_base: float = 10000.0    # rotary base (theta)
+    norm_eps: float = 1e-5        # epsilon of LayerNorm / RMSNorm
+    tie_embeddings: bool = True   # LM head shares the token embedding matrix
 
     def __post_init__(self):
         for name, allowed in CHOICES.items():
@@ -62,6 +70,8 @@ class GPTConfig:
             value = getattr(self, f.name)
             if f.type in ('int', int) and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ValueError(f"GPTConfig.{f.name} must be an int, got {value!r}")
+            if f.type in ('float', float) and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise ValueError(f"GPTConfig.{f.name} must be a number, got {value!r}")
             if f.type in ('bool', bool) and not isinstance(value, bool):
                 raise ValueError(f"GPTConfig.{f.name} must be True or False, got {value!r}")
         for name in ('n_layer', 'n_head', 'n_embd', 'block_size', 'vocab_size'):
@@ -69,6 +79,12 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if self.n_kv_head < 0 or (self.n_kv_head and self.n_head % self.n_kv_head):
+            raise ValueError(f"GPTConfig.n_kv_head={self.n_kv_head} must be 0 (= n_head) or divide n_head={self.n_head}")
+        if self.mlp_hidden < 0:
+            raise ValueError(f"GPTConfig.mlp_hidden must be >= 0 (0 = the default size), got {self.mlp_hidden}")
+        if not self.rope_base > 0 or not 0 < self.norm_eps < 1:
+            raise ValueError(f"GPTConfig.rope_base must be > 0 and norm_eps in (0, 1), got {self.rope_base}, {self.norm_eps}")
         if self.pos_emb == 'rotary' and (self.n_embd // self.n_head) % 2:
             raise ValueError("GPTConfig.pos_emb='rotary' needs an even head size (n_embd / n_head)")
         if not 0 <= self.causal_free_prefix <= self.block_size:
@@ -93,23 +109,34 @@ class GPTConfig:
     def padded_vocab_size(self):
         return -(-self.vocab_size // 64) * 64
 
+    @property
+    def kv_heads(self):
+        return self.n_kv_head or self.n_head
+
+    @property
+    def hidden_size(self):
+        """MLP hidden size: mlp_hidden, else 4 C (GELU) or 8/3 C rounded up to 64 (SwiGLU, the same parameters)."""
+        if self.mlp_hidden:
+            return self.mlp_hidden
+        return -(-(8 * self.n_embd // 3) // 64) * 64 if self.mlp == 'swiglu' else 4 * self.n_embd
+
 
 class RMSNorm(nn.Module):
     """RMSNorm with a per-channel scale ('rmsnorm', RMSNorm-M) or one scalar scale ('rmsnorm_single')."""
 
-    def __init__(self, dim, single):
+    def __init__(self, dim, single, eps=1e-5):
         super().__init__()
-        self.dim = dim
+        self.dim, self.eps = dim, eps
         self.weight = nn.Parameter(torch.ones(1 if single else dim))
 
     def forward(self, x):
-        return F.rms_norm(x, (self.dim,), eps=1e-5) * self.weight
+        return F.rms_norm(x, (self.dim,), eps=self.eps) * self.weight
 
 
 def make_norm(config):
     if config.norm == 'layernorm':
-        return nn.LayerNorm(config.n_embd, bias=config.bias)
-    return RMSNorm(config.n_embd, single=config.norm == 'rmsnorm_single')
+        return nn.LayerNorm(config.n_embd, eps=config.norm_eps, bias=config.bias)
+    return RMSNorm(config.n_embd, single=config.norm == 'rmsnorm_single', eps=config.norm_eps)
 
 
 def rotary_tables(head_dim, block_size, base=10000.0):
@@ -130,11 +157,16 @@ GATE_INIT = 0.25   # attn='gated': initial gate value (Bondarenko et al.'s attn_
 
 
 class CausalSelfAttention(nn.Module):
+    """c_attn projects to q (n_head heads) and k, v (n_kv_head heads each, grouped-query attention when fewer);
+    every group of n_head / n_kv_head query heads shares one key/value head."""
+
     def __init__(self, config):
         super().__init__()
         self.config = config
-        self.n_head = config.n_head
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.n_head, self.n_kv_head = config.n_head, config.kv_heads
+        self.head_dim = config.n_embd // config.n_head
+        kv_dim = self.n_kv_head * self.head_dim
+        self.c_attn = nn.Linear(config.n_embd, config.n_embd + 2 * kv_dim, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         if config.attn == 'gated':    # one gate per head and token, from the block's normalised input
@@ -146,10 +178,14 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, rotary, trace):
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        kv_dim = self.n_kv_head * self.head_dim
+        q, k, v = self.c_attn(x).split((C, kv_dim, kv_dim), dim=2)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k, v = (t.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2) for t in (k, v))
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if self.n_kv_head != self.n_head:   # key/value head j serves query heads j*g .. j*g + g-1
+            k, v = (t.repeat_interleave(self.n_head // self.n_kv_head, dim=1) for t in (k, v))
         sink = (self.bias_k, self.bias_v) if self.config.attn_bias else None
         if trace is None:
             y = attention(q, k, v, self.config, self.config.dropout if self.training else 0.0, sink)
@@ -170,17 +206,19 @@ class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.swiglu = config.mlp == 'swiglu'
-        if self.swiglu:   # Llama-2: hidden = 8/3 * n_embd rounded up to 64, same parameters as 4 * n_embd GELU
-            hidden = -(-(8 * config.n_embd // 3) // 64) * 64
+        self.gelu_approximate = 'tanh' if config.mlp == 'gelu_tanh' else 'none'
+        hidden = config.hidden_size
+        if self.swiglu:   # Llama-2: c_proj(silu(c_gate(x)) * c_fc(x))
             self.c_gate = nn.Linear(config.n_embd, hidden, bias=config.bias)
-        else:
-            hidden = 4 * config.n_embd
         self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
         self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
-        h = F.silu(self.c_gate(x)) * self.c_fc(x) if self.swiglu else F.gelu(self.c_fc(x))
+        if self.swiglu:
+            h = F.silu(self.c_gate(x)) * self.c_fc(x)
+        else:
+            h = F.gelu(self.c_fc(x), approximate=self.gelu_approximate)
         return self.dropout(self.c_proj(h))
 
 
@@ -213,11 +251,12 @@ class GPT(nn.Module):
             modules['wpe'] = nn.Embedding(positions, config.n_embd)
         self.transformer = nn.ModuleDict(modules)
         self.lm_head = nn.Linear(config.n_embd, config.padded_vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight    # weight tying
+        if config.tie_embeddings:
+            self.transformer.wte.weight = self.lm_head.weight    # weight tying
         if config.sink_token:
             self.sink = nn.Parameter(torch.zeros(1, 1, config.n_embd))
         if config.pos_emb == 'rotary':
-            cos, sin = rotary_tables(config.n_embd // config.n_head, positions)
+            cos, sin = rotary_tables(config.n_embd // config.n_head, positions, config.rope_base)
             self.register_buffer('rope_cos', cos, persistent=False)
             self.register_buffer('rope_sin', sin, persistent=False)
         self.apply(self._init_weights)
@@ -251,6 +290,51 @@ class GPT(nn.Module):
         except Exception as e:   # unreadable file, missing keys, shapes from another config
             raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__}: {e})") from None
         return model.to(device).eval(), ckpt
+
+    @classmethod
+    def from_hf(cls, source, block_size=None):
+        """GPT holding the weights of a GPT-2- or Llama-family causal LM, in eval mode. source: a transformers
+        model, a Hugging Face name or folder (local files only) or a .gguf file (see load_hf). block_size: the
+        longest sequence it will see (default: the model's maximum). GPT-2's Conv1D weights are transposed,
+        q/k/v become one c_attn; the padded vocabulary rows are zero. Raises ValueError (one line) for other
+        architectures and for options this model does not implement (rope scaling, attention biases, ...)."""
+        hf = load_hf(source) if isinstance(source, (str, os.PathLike)) else source
+        config = hf_config(hf.config, block_size)
+        model = cls(config)
+        base, L = hf.base_model, config.n_layer
+        linear = lambda m: m.weight.t() if type(m).__name__ == 'Conv1D' else m.weight   # as (out, in)
+        pairs = []    # (our tensor, the public one)
+        if hf.config.model_type == 'gpt2':
+            pairs += [(model.transformer.wpe.weight, base.wpe.weight[:config.block_size])]
+            for ours, theirs in zip(model.transformer.h, base.h):
+                pairs += [(ours.ln_1.weight, theirs.ln_1.weight), (ours.ln_1.bias, theirs.ln_1.bias),
+                          (ours.attn.c_attn.weight, linear(theirs.attn.c_attn)), (ours.attn.c_attn.bias, theirs.attn.c_attn.bias),
+                          (ours.attn.c_proj.weight, linear(theirs.attn.c_proj)), (ours.attn.c_proj.bias, theirs.attn.c_proj.bias),
+                          (ours.ln_2.weight, theirs.ln_2.weight), (ours.ln_2.bias, theirs.ln_2.bias),
+                          (ours.mlp.c_fc.weight, linear(theirs.mlp.c_fc)), (ours.mlp.c_fc.bias, theirs.mlp.c_fc.bias),
+                          (ours.mlp.c_proj.weight, linear(theirs.mlp.c_proj)), (ours.mlp.c_proj.bias, theirs.mlp.c_proj.bias)]
+            pairs += [(model.transformer.ln_f.weight, base.ln_f.weight), (model.transformer.ln_f.bias, base.ln_f.bias)]
+        else:   # Llama
+            for ours, theirs in zip(model.transformer.h, base.layers):
+                a, m = theirs.self_attn, theirs.mlp
+                pairs += [(ours.ln_1.weight, theirs.input_layernorm.weight),
+                          (ours.attn.c_attn.weight, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])),
+                          (ours.attn.c_proj.weight, a.o_proj.weight), (ours.ln_2.weight, theirs.post_attention_layernorm.weight),
+                          (ours.mlp.c_gate.weight, m.gate_proj.weight), (ours.mlp.c_fc.weight, m.up_proj.weight),
+                          (ours.mlp.c_proj.weight, m.down_proj.weight)]
+            pairs += [(model.transformer.ln_f.weight, base.norm.weight)]
+        V = config.vocab_size
+        pairs += [(model.transformer.wte.weight[:V], hf.get_input_embeddings().weight[:V])]
+        if not config.tie_embeddings:
+            pairs += [(model.lm_head.weight[:V], hf.get_output_embeddings().weight[:V])]
+        with torch.no_grad():
+            model.transformer.wte.weight[V:] = 0
+            model.lm_head.weight[V:] = 0
+            for ours, theirs in pairs:
+                if ours.shape != theirs.shape:
+                    raise ValueError(f"GPT.from_hf: a weight of shape {tuple(theirs.shape)} does not fit {tuple(ours.shape)}")
+                ours.copy_(theirs.detach().float())
+        return model.eval()
 
     def num_params(self, exclude_embeddings=False):
         """Number of parameters (tied weights once). exclude_embeddings drops token/position tables."""
@@ -308,3 +392,86 @@ class GPT(nn.Module):
                 targets[:, :cfg.causal_free_prefix - 1] = -1
             loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return (logits, loss, trace) if analysis else (logits, loss)
+
+
+# ----------------------------------------------------------------------------- public models
+def load_hf(spec):
+    """A transformers causal LM in fp32 with eager attention, in eval mode, from a Hugging Face name or folder
+    (local files only: the Hugging Face cache or a folder) or a .gguf file (transformers dequantises it; that
+    needs the gguf and accelerate packages). Raises ValueError with a one-line message."""
+    spec = str(spec)
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError(f"{spec}: Hugging Face models need transformers: pip install transformers") from None
+    where, kw = spec, dict(attn_implementation='eager', dtype=torch.float32, local_files_only=True)
+    if spec.endswith('.gguf'):
+        if not os.path.isfile(spec):
+            raise ValueError(f"GGUF file {spec} not found")
+        missing = [m for m in ('gguf', 'accelerate') if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ValueError(f"{spec}: transformers reads GGUF files only with the {' and '.join(missing)} "
+                             f"package{'s' if len(missing) > 1 else ''}: pip install {' '.join(missing)}")
+        where, kw['gguf_file'] = os.path.dirname(os.path.abspath(spec)), os.path.basename(spec)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(where, **kw)
+    except (OSError, ValueError) as e:
+        if spec.endswith('.gguf'):
+            raise ValueError(f"{spec}: transformers cannot load this GGUF file ({type(e).__name__}: "
+                             f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
+        raise ValueError(f"{spec}: no such checkpoint, and no Hugging Face weights for it on this machine (they must "
+                         f"be in the Hugging Face cache or a local folder; download once with network: python -c "
+                         f"\"import transformers; transformers.AutoModelForCausalLM.from_pretrained('{spec}')\") "
+                         f"[{type(e).__name__}]") from None
+    if 'gguf_file' in kw:   # a GGUF-loaded model counts as quantised (no save_pretrained, .float(), .double()):
+        config = model.config                       # its dequantised weights go into a plain model of the same config
+        if hasattr(config, 'quantization_config'):
+            del config.quantization_config
+        plain = type(model)(config)
+        plain.load_state_dict(model.state_dict())
+        plain.set_attn_implementation('eager')
+        model = plain
+    return model.eval()
+
+
+GPT2_ACTIVATIONS = {'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh', 'gelu': 'gelu'}
+
+
+def hf_config(c, block_size=None):
+    """GPTConfig of a transformers GPT-2 or Llama config (ValueError for what GPT cannot represent)."""
+    def unsupported(what):
+        return ValueError(f"GPT.from_hf: {what} is not implemented here; measure this model through transformers "
+                          f"(analyze.py / eval_quant.py --init_from)")
+    if c.model_type == 'gpt2':
+        if c.activation_function not in GPT2_ACTIVATIONS:
+            raise unsupported(f"activation {c.activation_function!r}")
+        if getattr(c, 'scale_attn_by_inverse_layer_idx', False) or not getattr(c, 'scale_attn_weights', True):
+            raise unsupported("GPT-2 attention scaling other than 1/sqrt(head size)")
+        args = dict(n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd, bias=True, norm='layernorm',
+                    pos_emb='absolute', mlp=GPT2_ACTIVATIONS[c.activation_function], norm_eps=c.layer_norm_epsilon,
+                    mlp_hidden=c.n_inner or 0)
+        max_len = c.n_positions
+    elif c.model_type == 'llama':
+        rope = dict(getattr(c, 'rope_parameters', None) or getattr(c, 'rope_scaling', None) or {})
+        theta = rope.get('rope_theta', getattr(c, 'rope_theta', 10000.0))
+        if rope.get('rope_type', rope.get('type', 'default')) != 'default':
+            raise unsupported(f"rope scaling {rope.get('rope_type', rope.get('type'))!r}")
+        if getattr(c, 'attention_bias', False) or getattr(c, 'mlp_bias', False):
+            raise unsupported("a Llama model with attention or MLP biases")
+        if c.hidden_act != 'silu':
+            raise unsupported(f"activation {c.hidden_act!r}")
+        head_dim = getattr(c, 'head_dim', None) or c.hidden_size // c.num_attention_heads
+        if head_dim * c.num_attention_heads != c.hidden_size or getattr(c, 'partial_rotary_factor', 1.0) != 1.0:
+            raise unsupported("a head size other than hidden_size / num_attention_heads, or partial rotary")
+        args = dict(n_layer=c.num_hidden_layers, n_head=c.num_attention_heads, n_embd=c.hidden_size, bias=False,
+                    norm='rmsnorm', pos_emb='rotary', mlp='swiglu', norm_eps=float(c.rms_norm_eps),
+                    mlp_hidden=c.intermediate_size, rope_base=float(theta),
+                    n_kv_head=0 if c.num_key_value_heads == c.num_attention_heads else c.num_key_value_heads)
+        max_len = c.max_position_embeddings
+    else:
+        raise ValueError(f"GPT.from_hf reads GPT-2 and Llama models, not model_type {c.model_type!r}; "
+                         f"measure it through transformers (analyze.py / eval_quant.py --init_from)")
+    if block_size is not None and not 1 <= block_size <= max_len:
+        raise ValueError(f"block_size {block_size} is outside [1, {max_len}], the positions this model supports")
+    return GPTConfig(**args, vocab_size=c.vocab_size, block_size=block_size or max_len, dropout=0.0,
+                     tie_embeddings=bool(getattr(c, 'tie_word_embeddings', True)))

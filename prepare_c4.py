@@ -6,6 +6,8 @@ Tokenise C4 `en` (or an offline stand-in corpus) into the flat token files that 
     python prepare_c4.py --data_files /path/to/c4/en   # local c4-train.*.json.gz / c4-validation.*.json.gz
     python prepare_c4.py --source offline              # no network: stand-in corpus -> data/offline
     python prepare_c4.py --tokenizer bytes             # or --tokenizer my_vocab.tiktoken
+    python prepare_c4.py --source offline --tokenizer hf:HuggingFaceTB/SmolLM2-135M   # a model's own tokenizer
+    python prepare_c4.py --source offline --tokenizer hf:path/to/model.Q4_1.gguf      # ... or a GGUF file's
     python prepare_c4.py --source bigram_backcopy      # synthetic task of the CPU miniature -> data/bigram_backcopy
     python -c "import prepare_c4; prepare_c4.load_meta('data/c4')"   # check a prepared folder
 
@@ -18,26 +20,38 @@ Output format (format 1), in --out_dir:
     train.bin, val.bin  raw token ids, no header, np.memmap(path, dtype=meta["dtype"], mode="r").
                         Every document is encoded and followed by meta["eot_token"].
                         dtype is uint16 when vocab_size <= 65536, else uint32.
-    meta.json           {"format": 1, "tokenizer": "gpt2" | "bytes" | "<path>.tiktoken",
+    meta.json           {"format": 1, "tokenizer": "gpt2" | "bytes" | "<path>.tiktoken" | "hf:<name or path>",
                          "vocab_size": int, "eot_token": int, "dtype": "uint16" | "uint32",
                          "source": str, "stand_in_for_c4": bool, "description": str,
                          "splits": {"train": {"documents", "tokens", "sha256", "max_token_id"}, "val": {...}},
-                         "args": {the arguments that determine the content}}
+                         "args": {the arguments that determine the content},
+                         "tokenizer_info": {"name", "vocab_size", "eot_token", "eot_text", "bos_token",
+                                            "eos_token", "add_bos", "sha256", "probe"}}
                         tokens == file size / itemsize; sha256 is of the .bin file; max_token_id is its
                         largest token id (train.py checks the file against it; older folders lack it).
+                        tokenizer_info (Tokenizer.record) lets analyze.py / train.py check that data and
+                        model share a tokenizer: "probe" = the ids of PROBE_TEXT, compared between the two.
 A folder without meta.json is not prepared data: splits are written to SPLIT.bin.tmp and renamed
 when complete, and meta.json is written last. Finished splits are recorded in .progress.json, so
 re-running the same command after an interruption skips them. Re-running with different arguments
 on a folder that holds (some) prepared data is an error: pass --force to overwrite or another
 --out_dir.
 
-Tokenizers: gpt2 = tiktoken "gpt2" (ordinary text, eot 50256, vocab 50257). tiktoken downloads
-vocab.bpe and encoder.json once into its cache dir ($TIKTOKEN_CACHE_DIR, else
-$DATA_GYM_CACHE_DIR, else <tmp>/data-gym-cache; each file named by the sha1 of its URL, see
-GPT2_FILES); copy them there for offline machines. bytes = UTF-8 bytes 0..255, eot 256.
-PATH.tiktoken = a tiktoken ranks file (base64 token and rank per line) with the GPT-2 split
-pattern; eot = number of ranks. auto (default for --source offline) = gpt2 if its files are
-in the cache, else bytes; it never goes to the network.
+Tokenizers: gpt2 = GPT-2's BPE, the ids of tiktoken "gpt2" (ordinary text, eot 50256, vocab 50257). Offline
+it is read from a local copy of its ranks file (tiktoken's r50k_base, sha256 R50K_SHA256, checked): the
+file named by $GPT2_TIKTOKEN, or tiktoken's cached r50k_base download; one copy ships in the openai-whisper
+source package as whisper/assets/gpt2.tiktoken. Else tiktoken's cached vocab.bpe/encoder.json ($TIKTOKEN_CACHE_DIR,
+else $DATA_GYM_CACHE_DIR, else <tmp>/data-gym-cache; files named by the sha1 of their URL), else tiktoken
+downloads them. bytes = UTF-8 bytes 0..255, eot 256. PATH.tiktoken = a tiktoken ranks file (base64 token and
+rank per line) with the GPT-2 split pattern; eot = number of ranks, a new id after them (so a .tiktoken file
+is GPT-2-like by construction; for another model's tokenizer use hf:). hf:NAME_OR_DIR / hf:FILE.gguf = that
+model's own tokenizer through transformers (local files only; a GGUF file's embedded tokenizer needs the gguf
+package, and for llama.cpp's digit-splitting pre-tokenizers, DIGIT_SPLIT_PRE, the digit split that
+transformers' converter drops is restored). Special-token text inside a document is encoded as text. The
+document separator (eot) is <|endoftext|> when the vocabulary has it, else the tokenizer's EOS, else a new
+id one past the vocabulary (such data can be measured, not trained on). No BOS is written: analyze.py and
+eval_quant.py prepend one per document at measurement time (--bos). auto (default for --source offline) =
+gpt2 if a local copy exists, else bytes; it never goes to the network.
 
 Tokenisation runs on --num_proc worker processes (default: cores - 1) in chunks of documents;
 the main process reads the source and writes in order.
@@ -85,6 +99,9 @@ GPT2_FILES = (  # what tiktoken.get_encoding("gpt2") fetches
     "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
     "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
 )
+# GPT-2's BPE ranks as a tiktoken file (tiktoken's r50k_base; the same ids as its "gpt2" encoding)
+R50K_URL = "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 C4_SHARD = re.compile(r"c4-(train|validation)\..*\.json(\.gz)?")
 MIN_DOC_CHARS = 200  # offline corpus: shorter docstrings are mostly one-liners
 VAL_PERCENT = 2  # offline corpus: sha1(text) % 100 < 2 -> val
@@ -99,23 +116,64 @@ class PrepareError(Exception):
 @dataclass
 class Tokenizer:
     name: str  # meta.json "tokenizer"
-    vocab_size: int
-    eot_token: int
-    encode: Callable[[str], Iterable[int]]
-    sha256: str | None = None  # of the .tiktoken file
+    vocab_size: int  # ids it can write, the document separator included
+    eot_token: int  # the document separator written after every document
+    encode: Callable[[str], Iterable[int]]  # text -> ids, special-token text encoded as ordinary text
+    sha256: str | None = None  # fingerprint of the vocabulary file (.tiktoken, GGUF, tokenizer.json)
+    bos_token: int | None = None  # the tokenizer's beginning-of-text token, if it has one
+    eos_token: int | None = None  # its end-of-text token, if it has one
+    add_bos: bool = False  # whether the tokenizer itself starts every text with bos_token (Llama-2)
+    eot_text: str | None = None  # the separator as text, if it is a token of the vocabulary
 
     @property
     def dtype(self):
         return np.uint16 if self.vocab_size <= 2**16 else np.uint32
 
+    def record(self) -> dict:
+        """meta.json "tokenizer_info": enough to tell later whether data and a model share a tokenizer."""
+        probe = None if self.name == "bigram_backcopy" else [int(i) for i in self.encode(PROBE_TEXT)]
+        return {"name": self.name, "vocab_size": self.vocab_size, "eot_token": self.eot_token,
+                "eot_text": self.eot_text, "bos_token": self.bos_token, "eos_token": self.eos_token,
+                "add_bos": self.add_bos, "sha256": self.sha256, "probe": probe}
+
+
+# Encoded with every tokenizer into meta.json ("probe"): two tokenizers that give the same ids here are taken to
+# be the same. Digits after spaces, digit runs, contractions, capitals, runs of spaces, tabs, newlines, non-ASCII
+# letters, an emoji and special-token text are where tokenizers of the same vocabulary tend to differ.
+PROBE_TEXT = ("The year 2024 saw 1,234,567 visitors (up 89%); pi is 3.14159, e is 2.71828...\n"
+              "  Don't they'll We'VE  x=42  ab12cd  ã é ß 日本語 🙂\t<|endoftext|> <s></s> <|im_start|>\n\n  end")
+
+
+def tiktoken_cache_dir() -> str:
+    """The folder tiktoken caches downloads in: $TIKTOKEN_CACHE_DIR, else $DATA_GYM_CACHE_DIR, else <tmp>/data-gym-cache."""
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    return os.path.join(tempfile.gettempdir(), "data-gym-cache") if cache is None else cache
+
 
 def gpt2_cached() -> bool:
-    """True if tiktoken's cache holds the GPT-2 vocabulary, so loading it needs no network."""
-    cache = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
-    if cache is None:
-        cache = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    """True if tiktoken's cache holds the GPT-2 vocabulary (vocab.bpe + encoder.json), so loading it needs no network."""
+    cache = tiktoken_cache_dir()
     return bool(cache) and all(
         os.path.exists(os.path.join(cache, hashlib.sha1(url.encode()).hexdigest())) for url in GPT2_FILES)
+
+
+def gpt2_ranks_file() -> str | None:
+    """A local copy of GPT-2's BPE ranks (tiktoken's r50k_base file, sha256 R50K_SHA256): $GPT2_TIKTOKEN, else
+    tiktoken's cached download of r50k_base. None when there is none. A $GPT2_TIKTOKEN that is not that file
+    is an error."""
+    env = os.environ.get("GPT2_TIKTOKEN")
+    if env:
+        if not os.path.isfile(env):
+            raise PrepareError(f"GPT2_TIKTOKEN={env}: no such file")
+        sha = hashlib.sha256(Path(env).read_bytes()).hexdigest()
+        if sha != R50K_SHA256:
+            raise PrepareError(f"GPT2_TIKTOKEN={env} has sha256 {sha[:12]}..., not GPT-2's BPE ranks "
+                               f"(r50k_base, {R50K_SHA256[:12]}...): point it at gpt2.tiktoken / r50k_base.tiktoken")
+        return env
+    cached = os.path.join(tiktoken_cache_dir(), hashlib.sha1(R50K_URL.encode()).hexdigest())
+    if tiktoken_cache_dir() and os.path.isfile(cached) and hashlib.sha256(Path(cached).read_bytes()).hexdigest() == R50K_SHA256:
+        return cached
+    return None
 
 
 def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
@@ -134,38 +192,178 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
     return ranks
 
 
+def load_gpt2() -> Tokenizer:
+    """GPT-2's tokenizer, the ids of tiktoken.get_encoding("gpt2"): from a local r50k_base ranks file (see
+    gpt2_ranks_file), else tiktoken's cached vocab.bpe/encoder.json, else tiktoken's download."""
+    import tiktoken
+    path = gpt2_ranks_file()
+    if path is not None:   # tiktoken's own definition of "gpt2" on the same ranks: eot 50256 after 50256 ranks
+        ranks = read_tiktoken_ranks(path)
+        enc = tiktoken.Encoding("gpt2", pat_str=GPT2_PAT, mergeable_ranks=ranks,
+                                special_tokens={EOT_TEXT: len(ranks)}, explicit_n_vocab=len(ranks) + 1)
+    else:
+        try:
+            enc = tiktoken.get_encoding("gpt2")
+        except Exception as e:
+            raise PrepareError(
+                f"cannot load the GPT-2 vocabulary ({type(e).__name__}) and there is no local copy of its BPE ranks; "
+                f"one ships in the openai-whisper source package: pip download --no-deps --no-binary :all: "
+                f"openai-whisper==20250625 -d whisper_src && tar -xzf whisper_src/openai_whisper-20250625.tar.gz "
+                f"-C whisper_src, then export GPT2_TIKTOKEN=$PWD/whisper_src/openai_whisper-20250625/whisper/assets/"
+                f"gpt2.tiktoken (or put vocab.bpe and encoder.json in TIKTOKEN_CACHE_DIR, or pass --tokenizer bytes)") from None
+    return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, enc.encode_ordinary, R50K_SHA256 if path else None,
+                     eos_token=enc.eot_token, eot_text=EOT_TEXT)
+
+
+def gguf_metadata(path: str) -> dict:
+    """The scalar metadata of a GGUF file (strings, numbers, booleans; arrays are skipped), read from its header
+    without loading tensors (the tokenizer's token list alone is ~50k strings)."""
+    import struct
+    scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+    out = {}
+    with open(path, "rb") as f:
+        def read(fmt):
+            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+        def string():
+            return f.read(read("<Q")).decode("utf-8", errors="replace")
+
+        def skip(kind, n=1):   # n values of type kind
+            if kind in scalar:
+                f.seek(n * struct.calcsize(scalar[kind]), 1)
+            elif kind == 8:
+                for _ in range(n):
+                    f.seek(read("<Q"), 1)
+            elif kind == 9:
+                for _ in range(n):
+                    inner, count = read("<I"), read("<Q")
+                    skip(inner, count)
+            else:
+                raise ValueError(f"unknown GGUF value type {kind}")
+
+        if f.read(4) != b"GGUF":
+            raise ValueError("not a GGUF file")
+        version, _tensors, n_kv = read("<I"), read("<Q"), read("<Q")
+        if version < 2:
+            raise ValueError(f"GGUF version {version} is too old")
+        for _ in range(n_kv):
+            key, kind = string(), read("<I")
+            if kind in scalar:
+                out[key] = read(scalar[kind])
+            elif kind == 8:
+                out[key] = string()
+            else:
+                skip(kind)
+    return out
+
+
+# llama.cpp's pre-tokenizer types (GGUF "tokenizer.ggml.pre") that put every digit in its own piece before GPT-2's
+# byte-level pattern. transformers' GGUF converter does not know them and keeps the byte-level pattern alone,
+# so e.g. a space before a digit merges differently from the original tokenizer.
+DIGIT_SPLIT_PRE = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b")
+
+
+def load_hf_tokenizer(spec: str) -> Tokenizer:
+    """hf:NAME_OR_DIR or hf:FILE.gguf: a model's own tokenizer through transformers (local files only: the Hugging
+    Face cache, a folder, or the tokenizer a GGUF file embeds). The document separator is <|endoftext|> if the
+    vocabulary has it, else the tokenizer's EOS token, else a new id one past the vocabulary."""
+    try:
+        import transformers
+    except ImportError:
+        raise PrepareError(f"--tokenizer hf:{spec} needs transformers: pip install transformers") from None
+    gguf = spec.endswith(".gguf")
+    try:
+        if gguf:
+            if not os.path.isfile(spec):
+                raise PrepareError(f"--tokenizer hf:{spec}: no such GGUF file")
+            try:
+                import gguf as _  # noqa: F401  (transformers reads the embedded tokenizer with it)
+            except ImportError:
+                raise PrepareError(f"--tokenizer hf:{spec}: reading a GGUF file's tokenizer needs the gguf package: "
+                                   f"pip install gguf") from None
+            path = os.path.abspath(spec)
+            hf = transformers.AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+            pre = gguf_metadata(path).get("tokenizer.ggml.pre")
+            if pre in DIGIT_SPLIT_PRE:
+                from tokenizers import pre_tokenizers
+                hf.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+                    pre_tokenizers.Digits(individual_digits=True),
+                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        else:
+            hf = transformers.AutoTokenizer.from_pretrained(spec, local_files_only=True)
+    except PrepareError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise PrepareError(f"--tokenizer hf:{spec}: no tokenizer for it on this machine ({type(e).__name__}: "
+                           f"{first[:200]}); give a local folder with tokenizer files, a GGUF file, or a name in "
+                           f"the Hugging Face cache (download once with network: python -c \"import transformers; "
+                           f"transformers.AutoTokenizer.from_pretrained('{spec}')\")") from None
+    backend = getattr(hf, "backend_tokenizer", None)
+    if backend is not None:
+        def encode(text):   # special-token text in a document is text, as with tiktoken's encode_ordinary
+            backend.encode_special_tokens = True    # (transformers resets the flag on each of its own calls)
+            return backend.encode(text, add_special_tokens=False).ids
+        fingerprint = hashlib.sha256(backend.to_str().encode()).hexdigest()
+    else:
+        def encode(text):
+            return hf.encode(text, add_special_tokens=False, split_special_tokens=True)
+        fingerprint = None
+    vocab = hf.get_vocab()
+    size = max(len(hf), max(vocab.values()) + 1)
+    eot, eot_text = (vocab[EOT_TEXT], EOT_TEXT) if EOT_TEXT in vocab else (hf.eos_token_id, hf.eos_token)
+    if eot is None:
+        eot, eot_text, size = size, None, size + 1
+    with_specials = hf("a", add_special_tokens=True)["input_ids"]
+    add_bos = hf.bos_token_id is not None and bool(with_specials) and with_specials[0] == hf.bos_token_id
+    name = "hf:" + (os.path.abspath(spec) if os.path.exists(spec) else spec)
+    return Tokenizer(name, size, eot, encode, fingerprint, hf.bos_token_id, hf.eos_token_id, add_bos, eot_text)
+
+
 def load_tokenizer(spec: str) -> Tokenizer:
-    """spec: "gpt2", "bytes", "auto" (gpt2 if cached, else bytes) or a path ending in .tiktoken."""
+    """spec: "gpt2", "bytes", "auto" (gpt2 if a local copy exists, else bytes), a path ending in .tiktoken, or
+    hf:NAME_OR_DIR / hf:FILE.gguf (a model's own tokenizer)."""
     if spec == "auto":
         try:
-            return load_tokenizer("gpt2" if gpt2_cached() else "bytes")
+            return load_tokenizer("gpt2" if gpt2_ranks_file() or gpt2_cached() else "bytes")
         except PrepareError as e:
             print(f"warning: {e}; using --tokenizer bytes", file=sys.stderr)
             return load_tokenizer("bytes")
     if spec == "bytes":
         return Tokenizer("bytes", 257, 256, lambda text: np.frombuffer(text.encode("utf-8"), np.uint8))
-    import tiktoken
     if spec == "gpt2":
-        try:
-            enc = tiktoken.get_encoding("gpt2")
-        except Exception as e:
-            raise PrepareError(
-                f"cannot load the GPT-2 vocabulary ({type(e).__name__}); place vocab.bpe and encoder.json in "
-                "tiktoken's cache dir (TIKTOKEN_CACHE_DIR, see the prepare_c4.py docstring) or pass "
-                "--tokenizer bytes / --tokenizer PATH.tiktoken") from None
-        return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, enc.encode_ordinary)
+        return load_gpt2()
+    if spec.startswith("hf:"):
+        return load_hf_tokenizer(spec[3:])
     if spec.endswith(".tiktoken"):
+        import tiktoken
         ranks = read_tiktoken_ranks(spec)
         enc = tiktoken.Encoding(Path(spec).stem, pat_str=GPT2_PAT, mergeable_ranks=ranks,
                                 special_tokens={EOT_TEXT: len(ranks)})
         sha = hashlib.sha256(Path(spec).read_bytes()).hexdigest()
-        return Tokenizer(str(Path(spec).resolve()), len(ranks) + 1, len(ranks), enc.encode_ordinary, sha)
-    raise PrepareError(f"--tokenizer {spec!r}: expected gpt2, bytes or a path ending in .tiktoken")
+        return Tokenizer(str(Path(spec).resolve()), len(ranks) + 1, len(ranks), enc.encode_ordinary, sha,
+                         eos_token=len(ranks), eot_text=EOT_TEXT)
+    raise PrepareError(f"--tokenizer {spec!r}: expected gpt2, bytes, hf:NAME_OR_DIR, hf:FILE.gguf or a path "
+                       f"ending in .tiktoken")
+
+
+def tokenizer_mismatch(data: dict | None, model: dict | None) -> str | None:
+    """Why data tokenised as `data` (a meta.json "tokenizer_info") does not fit a model whose tokenizer record is
+    `model`; None when it fits or cannot be told (a record missing, or one without probe ids)."""
+    if not data or not model or data.get("probe") is None or model.get("probe") is None:
+        return None
+    if data["probe"] != model["probe"]:
+        return f"it was tokenised with {data.get('name')}, whose ids differ from {model.get('name')}'s on a test sentence"
+    return None
 
 
 def encode_chunk(texts: list[str], tok: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
     """Encode documents, each followed by eot. Returns (tokens per document incl. eot, flat tokens)."""
-    ids = [tok.encode(t) for t in texts]
+    ids = [np.asarray(tok.encode(t), dtype=np.int64) for t in texts]
+    for x in ids:
+        if (x == tok.eot_token).any():   # the separator inside a document would split it in two
+            raise PrepareError(f"tokenizer {tok.name} produced the document separator {tok.eot_token} inside a "
+                               f"document; it cannot separate documents")
     lengths = np.array([len(x) + 1 for x in ids], dtype=np.int64)
     out = np.empty(int(lengths.sum()), dtype=tok.dtype)
     pos = 0
@@ -568,7 +766,8 @@ def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, 
 
     meta = {"format": FORMAT, "tokenizer": tok.name, "vocab_size": tok.vocab_size, "eot_token": tok.eot_token,
             "dtype": np.dtype(tok.dtype).name, "source": source, "stand_in_for_c4": stand_in,
-            "description": description, "splits": {s: progress["splits"][s] for s in SPLITS}, "args": args}
+            "description": description, "splits": {s: progress["splits"][s] for s in SPLITS}, "args": args,
+            "tokenizer_info": tok.record()}
     write_json(meta_path, meta)
     progress_path.unlink()
     return out
@@ -684,7 +883,8 @@ def main(argv=None):
                         "bigram_backcopy: the synthetic task of the CPU miniature")
     p.add_argument("--data_files", nargs="+", metavar="GLOB_OR_DIR",
                    help="local C4 shards (c4-train.*.json.gz, c4-validation.*.json.gz) instead of the hub")
-    p.add_argument("--tokenizer", help="gpt2 | bytes | auto | PATH.tiktoken (default gpt2; auto for offline)")
+    p.add_argument("--tokenizer", help="gpt2 | bytes | auto | PATH.tiktoken | hf:NAME_OR_DIR | hf:FILE.gguf "
+                   "(default gpt2; auto for offline)")
     p.add_argument("--train_tokens", type=count, help="train split size in tokens (default 100_000_000 for c4, "
                    "all for offline); stops after the document that reaches it")
     p.add_argument("--val_docs", type=count, help="val split size in documents (default 100000 for c4, all for offline)")

@@ -257,13 +257,21 @@ def identity_key(identity):
     return json.dumps(identity, sort_keys=True)
 
 
+def saved_identity(identity):
+    """A run's saved identity with the config keys added to train.py since then at their defaults (which
+    reproduce what the run did), so that older runs still match."""
+    from train import DEFAULTS
+    added = {k: v for k, v in DEFAULTS.items() if k not in identity and k not in NOT_IDENTITY}
+    return json.loads(json.dumps({**added, **identity}, default=str))
+
+
 def existing_runs(out):
     """{folder: identity key} of the runs already under <out>/runs (of any table)."""
     found = {}
     for path in sorted(glob.glob(os.path.join(out, 'runs', '*', 'reproduce.json'))):
         try:
             with open(path) as f:
-                found[os.path.dirname(path)] = identity_key(json.load(f)['identity'])
+                found[os.path.dirname(path)] = identity_key(saved_identity(json.load(f)['identity']))
         except (OSError, ValueError, KeyError):
             continue
     return found
@@ -326,7 +334,7 @@ def status(run):
     saved_path = os.path.join(d, 'reproduce.json')
     if os.path.isfile(saved_path):
         with open(saved_path) as f:
-            saved = json.load(f).get('identity')
+            saved = saved_identity(json.load(f).get('identity') or {})
         if saved != run.identity:
             changed = sorted(k for k in set(saved) | set(run.identity) if saved.get(k) != run.identity.get(k))
             raise SweepError(f"{d} holds a run of another config (differs in {', '.join(changed)}): delete it or "

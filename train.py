@@ -6,6 +6,7 @@
     torchrun --standalone --nproc_per_node=2 train.py config/tiny_cpu.py   # 2 CPU processes (gloo)
     python train.py config/gpt2_130m.py --init_from=resume    # continue exactly where it stopped
     python train.py --help                                    # every config key, its default and meaning
+    python train.py config/finetune_smollm2.py                # init_from='hf:...': fine-tune a public model
 
 Every key of DEFAULTS below can be set in a config file or as --key=value (see README, "Config keys").
 Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.pt (lowest validation
@@ -34,9 +35,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, describe, load_config, save_config
-from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig
+from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig, load_hf
 from orthoadam import OrthoAdam
-from prepare_c4 import Progress, duration, eot_offsets, load_meta, prepare_command, read_json
+from prepare_c4 import (PrepareError, Progress, duration, eot_offsets, load_meta, load_tokenizer, prepare_command,
+                        read_json, tokenizer_mismatch)
 
 DEFAULTS = dict(
     # I/O
@@ -50,6 +52,7 @@ DEFAULTS = dict(
     n_layer=12, n_head=12, n_embd=768, block_size=256, vocab_size=0, dropout=0.0, bias=True,
     attn='softmax', norm='layernorm', pos_emb='absolute', mlp='gelu', causal_free_prefix=0,
     clip_gamma=-0.025, clip_zeta=1.0, sigmoid_bias=None, attn_bias=False, sink_token=False,   # other published fixes
+    n_kv_head=0, mlp_hidden=0, rope_base=10000.0, norm_eps=1e-5, tie_embeddings=True,
     # optimiser
     optimizer='adamw', learning_rate=1e-3, weight_decay=0.0, beta1=0.9, beta2=0.999, eps=1e-8,
     momentum=0.9, grad_clip=1.0, muon_lr=0.02, muon_momentum=0.95,
@@ -61,7 +64,6 @@ DEFAULTS = dict(
 )
 CHOICES = dict(
     MODEL_CHOICES,
-    init_from=('scratch', 'resume', 'auto'),
     windows=('random', 'document'),
     optimizer=('adamw', 'orthoadam', 'rmsprop', 'sgd', 'muon'),
     orthoadam_rotation=('hadamard', 'haar'),
@@ -78,12 +80,14 @@ RANGES = dict(
     learning_rate='(0, inf)', weight_decay='[0, inf)', beta1='[0, 1)', beta2='[0, 1)', eps='(0, inf)',
     momentum='[0, 1)', grad_clip='[0, inf)', orthoadam_seed='[0, inf)',
     max_iters='[1, inf)', warmup_iters='[0, inf)', lr_decay_iters='[0, inf)', min_lr='[0, inf)',
+    n_kv_head='[0, inf)', mlp_hidden='[0, inf)', rope_base='(0, inf)', norm_eps='(0, 1)',
     seed='[0, 4294967295]', clip_gamma='(-inf, 0]', clip_zeta='[1, inf)', muon_lr='(0, inf)', muon_momentum='[0, 1)',
 )
 # one line per key for --help (the README's table says the same at more length)
 HELP = dict(
     out_dir='folder of ckpt.pt, best.pt, config.json, log.jsonl',
-    init_from="'scratch' (refuses a folder with a checkpoint), 'resume' (continue ckpt.pt), 'auto' (resume if it exists)",
+    init_from="'scratch' (refuses a folder with a checkpoint), 'resume' (continue ckpt.pt), 'auto' (resume if it exists), "
+              "'hf:NAME_OR_DIR' or 'hf:FILE.gguf' (a public model's weights)",
     eval_interval='evaluate every N iterations and at the end',
     eval_tokens='validation tokens per evaluation (a fixed prefix of val.bin)',
     eval_only='evaluate ckpt.pt of out_dir and exit',
@@ -101,6 +105,9 @@ HELP = dict(
     bias='biases in Linear layers and LayerNorm', attn='attention normalisation', norm='normalisation layer',
     pos_emb='position encoding', mlp='feed-forward block',
     causal_free_prefix='the first k tokens attend to each other without causal mask',
+    n_kv_head='key/value heads (grouped-query attention when fewer than n_head); 0 = n_head',
+    mlp_hidden='MLP hidden size; 0 = the default of mlp', rope_base='rotary base theta',
+    norm_eps='epsilon of LayerNorm / RMSNorm', tie_embeddings='the LM head is the token embedding matrix',
     clip_gamma="attn='clipped': clip((zeta - gamma) softmax + gamma, 0, 1), gamma <= 0",
     clip_zeta="attn='clipped': the stretch's upper end, zeta >= 1",
     sigmoid_bias="attn='sigmoid': b in sigmoid(s + b); None = -log(block_size)",
@@ -144,6 +151,10 @@ RESUME_MUST_MATCH = {
 # How this invocation starts, not what the run is.
 RESUME_IGNORED = {'init_from', 'eval_only'}
 MODEL_KEYS = [f.name for f in fields(GPTConfig)]
+INIT_FROM = ('scratch', 'resume', 'auto', 'hf:NAME_OR_DIR', 'hf:FILE.gguf')
+# the model keys a public model fixes (init_from='hf:...'); attn, dropout, block_size, causal_free_prefix stay the config's
+PUBLIC_MODEL_KEYS = ('n_layer', 'n_head', 'n_embd', 'vocab_size', 'bias', 'norm', 'pos_emb', 'mlp', 'n_kv_head',
+                     'mlp_hidden', 'rope_base', 'norm_eps', 'tie_embeddings')
 # dense bf16 tensor-core peak FLOP/s per device, for MFU (first matching substring wins)
 PEAK_FLOPS = [('H200', 989e12), ('H100 PCIe', 756e12), ('H100', 989e12), ('A100', 312e12),
               ('L40S', 362e12), ('A10G', 125e12), ('RTX 4090', 165e12), ('V100', 125e12)]
@@ -462,11 +473,14 @@ def configure_optimizer(model, cfg, device_type):
         return torch.optim.RMSprop(groups, lr=lr, alpha=cfg['beta2'], eps=eps, momentum=cfg['momentum'])
     if name == 'sgd':
         return torch.optim.SGD(groups, lr=lr, momentum=cfg['momentum'])
-    if cfg['orthoadam_vocab_axis'] == 'skip':   # token embedding (tied LM head): vocabulary axis unrotated
-        wte = model.transformer.wte.weight
-        i = next(i for i, p in enumerate(groups[0]['params']) if p is wte)
-        groups.append({'params': [groups[0]['params'].pop(i)], 'param_names': [groups[0]['param_names'].pop(i)],
+    if cfg['orthoadam_vocab_axis'] == 'skip':   # token embedding and LM head (tied or not): vocabulary axis unrotated
+        vocab = [model.transformer.wte.weight, model.lm_head.weight]
+        keep = [i for i, p in enumerate(groups[0]['params']) if any(p is v for v in vocab)]
+        groups.append({'params': [groups[0]['params'][i] for i in keep],
+                       'param_names': [groups[0]['param_names'][i] for i in keep],
                        'weight_decay': cfg['weight_decay'], 'skip_axes': (0,)})
+        for key in ('params', 'param_names'):
+            groups[0][key] = [x for i, x in enumerate(groups[0][key]) if i not in keep]
     return OrthoAdam(groups, lr=lr, betas=betas, eps=eps, rotation=cfg['orthoadam_rotation'],
                      axes=cfg['orthoadam_axes'], residual_dim=cfg['n_embd'], seed=cfg['orthoadam_seed'])
 
@@ -643,6 +657,30 @@ def check_model_args(path, ckpt, model_args):
                             f"use the checkpoint's settings or another out_dir")
 
 
+# ----------------------------------------------------------------------------- public models
+def public_model(cfg, meta):
+    """init_from='hf:NAME_OR_DIR' or 'hf:FILE.gguf': a GPT holding the public model's weights (GPT.from_hf). The
+    model keys it fixes (PUBLIC_MODEL_KEYS) are written into cfg; attn, dropout, block_size and causal_free_prefix
+    stay the config's, so e.g. attn='softmax1' fine-tunes the pretrained weights with softmax-1. The data must be
+    tokenised with the model's own tokenizer (prepare_c4.py --tokenizer hf:...)."""
+    spec = cfg['init_from'][3:]
+    try:
+        hf = load_hf(spec)
+        pretrained = GPT.from_hf(hf, block_size=cfg['block_size'])
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
+    try:
+        mismatch = tokenizer_mismatch(meta.get('tokenizer_info'), load_tokenizer(f'hf:{spec}').record())
+    except PrepareError:
+        mismatch = None    # the model came without a tokenizer: only the vocabulary bound is checked
+    if mismatch:
+        raise TrainingError(f"data/{cfg['dataset']} does not fit {spec}: {mismatch}; prepare the data with "
+                            f"python prepare_c4.py --tokenizer hf:{spec} ... and point --dataset at it")
+    for k in PUBLIC_MODEL_KEYS:
+        cfg[k] = getattr(pretrained.config, k)
+    return pretrained
+
+
 # ----------------------------------------------------------------------------- training
 @contextlib.contextmanager
 def stop_on_signals():
@@ -674,6 +712,9 @@ def open_run(cfg, ckpt_path, best_path):
     run leaves out_dir as it was: the data, the model config, what out_dir holds, and for a resume the
     checkpoint and the changes the resume makes. Returns (meta, paths, ckpt or None, changes, ckpt.pt's
     file_state when it was read), as a dict."""
+    if cfg['init_from'] not in INIT_FROM[:3] and not (cfg['init_from'].startswith('hf:') and len(cfg['init_from']) > 3):
+        raise TrainingError(f"config key 'init_from' must be one of {', '.join(map(repr, INIT_FROM))}, "
+                            f"got {cfg['init_from']!r}")
     if cfg['init_from'] == 'auto':   # resume when out_dir holds a checkpoint, else start from scratch
         cfg['init_from'] = 'resume' if os.path.exists(ckpt_path) else 'scratch'
     if cfg['init_from'] == 'scratch' and not cfg['eval_only']:
@@ -681,6 +722,10 @@ def open_run(cfg, ckpt_path, best_path):
             if os.path.exists(path):
                 raise TrainingError(f"{path} exists; continue the run with --init_from=resume, or choose another --out_dir")
     meta, paths = open_data(cfg)
+    pretrained = public_model(cfg, meta) if cfg['init_from'].startswith('hf:') else None
+    resume = cfg['init_from'] == 'resume' or (pretrained is not None and os.path.exists(ckpt_path))
+    if resume:   # the same hf: command continues its run
+        pretrained = None
     if cfg['vocab_size'] == 0:
         cfg['vocab_size'] = meta['vocab_size']
     elif cfg['vocab_size'] < meta['vocab_size']:
@@ -690,7 +735,7 @@ def open_run(cfg, ckpt_path, best_path):
     except ValueError as e:
         raise TrainingError(str(e)) from None
     seen, ckpt, changes = file_state(ckpt_path), None, []
-    if cfg['init_from'] == 'resume' or cfg['eval_only']:
+    if resume or cfg['eval_only']:
         ckpt = load_checkpoint(ckpt_path)
         if cfg['eval_only']:
             check_model_args(ckpt_path, ckpt, {k: cfg[k] for k in MODEL_KEYS})
@@ -698,7 +743,7 @@ def open_run(cfg, ckpt_path, best_path):
             changes = check_resume(cfg, ckpt, meta)
     else:   # the schedule's horizon is fixed when the run starts, and recorded
         cfg['lr_decay_iters'] = cfg['lr_decay_iters'] or cfg['max_iters']
-    return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen}
+    return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen, 'pretrained': pretrained}
 
 
 def check_data(cfg, meta, paths, rank, world, device):
@@ -757,8 +802,12 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
     torch.backends.cudnn.allow_tf32 = True
     model_args = {k: cfg[k] for k in MODEL_KEYS}
     model = GPT(GPTConfig(**model_args))
+    pretrained = opened.pop('pretrained')
     if ckpt is not None:
         model.load_state_dict(ckpt['model'])
+    elif pretrained is not None:     # the same parameters whatever attn, dropout and block_size say
+        model.load_state_dict(pretrained.state_dict())
+    del pretrained
     model.to(device)
     optimizer = configure_optimizer(model, cfg, device_type)
     ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[cfg['dtype']]
@@ -802,7 +851,8 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
             save_checkpoint(ckpt_path, {
                 'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
                 'model_args': model_args, 'iter_num': iter_num, 'best_val_loss': best_val_loss, 'config': cfg,
-                'bos': meta['eot_token'] if cfg['windows'] == 'document' else None, 'rng': states,
+                'bos': meta['eot_token'] if cfg['windows'] == 'document' else None,
+                'tokenizer': meta.get('tokenizer_info'), 'rng': states,
                 'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num, 'identity': data_identity(meta)}})
             if best:
                 keep_as_best(ckpt_path, best_path)

