@@ -34,7 +34,12 @@ Conventions (all metrics on the hidden state after each block's residual additio
                most-attended real key is key 0 (ties go to key 0).
   first_attn_mass    mean over (query > 0, head) of the attention probability on key 0.
   attn_nowhere       mean over (query > 0, head) of max(0, 1 - row sum): softmax-1's mass that went nowhere
-               (0 for softmax).
+               (0 for softmax; attn_bias, sink_token: the mass on the sink).
+  sink_token   (ours with sink_token=True) the learnt sink at position 0 is left out of every metric above:
+               the first token is the first real token. The sink itself: sink_kurtosis, sink_max_abs (its
+               kurtosis and max |x| per layer), sink_attn_mass (mean over every real query and head of its
+               probability on the sink), sink_attn_argmax (the fraction of those whose most-attended key is
+               the sink, over the real keys too).
   Summary numbers are E_m[...]: the unweighted mean of the per-layer values over the M layers.
   kurtosis_norm_ratio_corr_*: Pearson correlation across layers of the per-layer kurtosis and
                norm ratio (Table 9); null when undefined (one layer, or a constant curve).
@@ -49,8 +54,9 @@ JSON (--json PATH: a file for one model; a folder, one <label>.json per model, f
   ppl, kurtosis_first, kurtosis_rest, max_abs_first, max_abs_rest, norm_ratio_first, norm_ratio_rest,
   first_attn_argmax, first_attn_mass, attn_nowhere (fractions in [0, 1]), kurtosis_norm_ratio_corr_first,
   kurtosis_norm_ratio_corr_rest,
+  sink_kurtosis, sink_max_abs, sink_attn_mass, sink_attn_argmax (sink-token models only),
   per_layer {each metric above except ppl and the correlations: a list of M floats, layer 1 first},
-  per_head {first_attn_argmax, first_attn_mass, attn_nowhere: M lists of H floats}.
+  per_head {first_attn_argmax, first_attn_mass, attn_nowhere (and sink_attn_*): M lists of H floats}.
   max_abs is in the units of the hidden state; a NaN is written as null.
 
 --plots DIR writes attention_map.png (Fig. 1a), hidden_states.png (Fig. 1b), attention_layers.png
@@ -175,7 +181,14 @@ def hf_blocks(model):
 @torch.no_grad()
 def forward(lm: LoadedModel, idx: torch.Tensor, analysis: bool = False):
     """logits (B, T, V); with analysis=True (logits, hidden, attn): per layer the (B, T, C) hidden state after
-    the block and the (B, H, T, T) attention probabilities."""
+    the block and the (B, H, T, T) attention probabilities (over the real tokens: a sink token is left out)."""
+    return forward_trace(lm, idx)[:3] if analysis else forward_trace(lm, idx, analysis=False)
+
+
+@torch.no_grad()
+def forward_trace(lm: LoadedModel, idx: torch.Tensor, analysis: bool = True):
+    """forward(), plus the model's trace['sink'] (per layer the sink's (B, C) hidden state and the (B, H, T)
+    probability each real query puts on it) for ours with sink_token, else None."""
     if idx.numel() and int(idx.max()) >= lm.vocab_size:
         raise ValueError(f"token id {int(idx.max())} >= vocab_size {lm.vocab_size} of {lm.name}: "
                          f"the data was tokenised for another vocabulary")
@@ -185,7 +198,7 @@ def forward(lm: LoadedModel, idx: torch.Tensor, analysis: bool = False):
         if not analysis:
             return lm.model(idx)[0]
         logits, _, trace = lm.model(idx, analysis=True)
-        return logits, trace['hidden'], trace['attn']
+        return logits, trace['hidden'], trace['attn'], trace.get('sink')
     if not analysis:
         return lm.model(idx, use_cache=False).logits
     # hidden_states[-1] of transformers already has the final norm applied: take each block's output instead
@@ -197,7 +210,7 @@ def forward(lm: LoadedModel, idx: torch.Tensor, analysis: bool = False):
     finally:
         for h in hooks:
             h.remove()
-    return out.logits, hidden, list(out.attentions)
+    return out.logits, hidden, list(out.attentions), None
 
 
 # ----------------------------------------------------------------------------- data
@@ -351,7 +364,9 @@ class Stats:
         self.n_first = self.n_rest = self.n_docs_rest = 0
         self.nll, self.n_predicted = 0.0, 0
 
-    def update(self, hidden, attn, mask):
+    def update(self, hidden, attn, mask, sink=None):
+        if sink is not None:
+            self.update_sink(sink, attn, mask)
         first = mask[:, 0]
         rest = mask.clone()
         rest[:, 0] = False
@@ -377,6 +392,26 @@ class Stats:
             s['first_attn_mass'][m] += torch.where(q, p[..., 0].double(), 0).sum((0, 2)).cpu()
             s['attn_nowhere'][m] += torch.where(q, (1 - p.sum(-1, dtype=torch.float64)).clamp_min(0), 0).sum((0, 2)).cpu()
 
+    def update_sink(self, sink, attn, mask):
+        """The sink token's own numbers: its hidden state (one per document) and the attention it gets."""
+        s, n_head = self.sums, sink['attn'][0].size(1)
+        if 'sink_kurtosis' not in s:
+            s.update({k: torch.zeros(len(sink['hidden']), dtype=torch.float64) for k in ('sink_kurtosis', 'sink_max_abs')})
+            s.update({k: torch.zeros(len(sink['hidden']), n_head, dtype=torch.float64)
+                      for k in ('sink_attn_mass', 'sink_attn_argmax')})
+            self.n_sink_docs = self.n_sink_queries = 0
+        docs, q = mask.any(1), mask[:, None, :]                                  # real queries, (B, 1, T)
+        self.n_sink_docs += int(docs.sum())
+        self.n_sink_queries += int(mask.sum())
+        for m, h in enumerate(sink['hidden']):
+            h = h.double()
+            c2 = (h - h.mean(-1, keepdim=True)).square()
+            s['sink_kurtosis'][m] += ((c2 * c2).mean(-1) / c2.mean(-1).square())[docs].sum().cpu()
+            s['sink_max_abs'][m] += h.abs().amax(-1)[docs].sum().cpu()
+        for m, (p, a) in enumerate(zip(sink['attn'], attn)):
+            s['sink_attn_mass'][m] += torch.where(q, p.double(), 0).sum((0, 2)).cpu()
+            s['sink_attn_argmax'][m] += ((p >= a.amax(-1)) & q).sum((0, 2)).cpu()
+
     def result(self):
         """Summary numbers, per-layer lists and per-head lists (NaN where nothing was counted)."""
         def div(x, n):
@@ -393,6 +428,13 @@ class Stats:
                                                              per_layer[f'norm_ratio_{pos}'])
         out['per_layer'] = {k: v.tolist() for k, v in per_layer.items()}
         out['per_head'] = {k: v.tolist() for k, v in per_head.items()}
+        if 'sink_kurtosis' in self.sums:
+            sink_layer = {k: div(self.sums[k], self.n_sink_docs) for k in ('sink_kurtosis', 'sink_max_abs')}
+            sink_head = {k: div(self.sums[k], self.n_sink_queries) for k in ('sink_attn_mass', 'sink_attn_argmax')}
+            sink_layer.update({k: v.mean(1) for k, v in sink_head.items()})
+            out.update({k: v.mean().item() for k, v in sink_layer.items()})
+            out['per_layer'].update({k: v.tolist() for k, v in sink_layer.items()})
+            out['per_head'].update({k: v.tolist() for k, v in sink_head.items()})
         return out
 
 
@@ -415,14 +457,14 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
     progress = Progress(run_label(lm.name), target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
     for idx, mask, numbers in numbered_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
         idx, mask = idx.to(device), mask.to(device)
-        logits, hidden, attn = forward(lm, idx, analysis=True)
+        logits, hidden, attn, sink = forward_trace(lm, idx)
         stats = stats or Stats(len(hidden), attn[0].size(1))
-        stats.update(hidden, attn, mask)
+        stats.update(hidden, attn, mask, sink)
         s, n = nll_sum(logits, idx, mask)
         stats.nll, stats.n_predicted = stats.nll + s, stats.n_predicted + n
         if 0 in numbers:                                   # the plots show the first document
             example = example_sequence(hidden, attn, mask, numbers.index(0))
-        del logits, hidden, attn
+        del logits, hidden, attn, sink
         docs += len(idx)
         progress.update(docs, 0)
     if stats is None:
@@ -487,7 +529,8 @@ def model_cells(label, config):
 
 
 def table_rows(results):
-    """Two tables, one row per model: Table 2's layout, then norm ratios, correlations (Table 9), mass."""
+    """Tables, one row per model: Table 2's layout, then norm ratios, correlations (Table 9), mass; and for
+    sink-token models the sink's own numbers."""
     table2 = (['Model', '#Params', 'Softmax+1?', 'OrthoAdam?', 'PPL', 'E_m[κ_m,1]', 'E_m[κ_m,>1]',
                'E_m[max|X_m,1,d|]', 'E_m[max|X_m,>1,d|]', 'First Attn'],
               [model_cells(run_label(r['model']), r['config']) + [_fmt(r['ppl'], '.2f')]
@@ -497,7 +540,13 @@ def table_rows(results):
             'first_attn_mass', 'attn_nowhere')
     table9 = (['Model', 'Norm ratio 1', 'Norm ratio >1', 'Corr κ~ratio 1', 'Corr κ~ratio >1', 'First mass', 'Nowhere'],
               [[run_label(r['model'])] + [_fmt(r[k], '.3f') for k in keys] for r in results])
-    return [table2, table9]
+    sinks = [r for r in results if 'sink_kurtosis' in r]
+    if not sinks:
+        return [table2, table9]
+    keys = ('sink_kurtosis', 'sink_max_abs', 'sink_attn_mass', 'sink_attn_argmax')
+    sink = (['Model', 'Sink E_m[κ]', 'Sink E_m[max|X|]', 'Sink mass', 'Sink argmax'],
+            [[run_label(r['model'])] + [_fmt(r[k], f) for k, f in zip(keys, ('.1f', '.1f', '.3f', '.3f'))] for r in sinks])
+    return [table2, table9, sink]
 
 
 def text_table(header, rows):

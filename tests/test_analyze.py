@@ -433,3 +433,39 @@ def test_cli_errors_are_one_line(args, message, docs_dir, tmp_path):
     with pytest.raises(SystemExit) as e:
         analyze.main(args)
     assert message in str(e.value) and '\n' not in str(e.value) and str(e.value).startswith('analyze.py: error')
+
+
+def test_sink_token_model_measures_real_tokens_and_reports_the_sink_apart(docs_dir):
+    """With sink_token the first token is the first real token, and the sink's own numbers (kurtosis, max
+    |x|, the attention it gets and how often it is the most-attended key) come from a per-document
+    computation on the model's trace here."""
+    torch.manual_seed(0)
+    model = GPT(tiny_config(sink_token=True)).eval()
+    with torch.no_grad():
+        model.sink.mul_(50)                                # a sink that stands out
+    lm = LoadedModel('sink', model, 'ours', None, 32, VOCAB, {})
+    result, _ = analyze.analyze(lm, docs_dir, None, 3, 'cpu')
+    want = {k: [[] for _ in range(3)] for k in ('sink_kurtosis', 'sink_max_abs', 'kurtosis_first')}
+    mass, top, queries = np.zeros(3), np.zeros(3), 0
+    for d in random_docs():
+        if not len(d):
+            continue
+        with torch.no_grad():
+            _, _, trace = model(torch.as_tensor(d[:32])[None], analysis=True)
+        queries += len(d[:32]) * 2                          # (query, head) pairs
+        for m in range(3):
+            h = trace['sink']['hidden'][m][0].double().numpy()
+            c = h - h.mean()
+            want['sink_kurtosis'][m].append((c ** 4).mean() / (c ** 2).mean() ** 2)
+            want['sink_max_abs'][m].append(np.abs(h).max())
+            x = trace['hidden'][m][0, 0].double().numpy() - trace['hidden'][m][0, 0].double().numpy().mean()
+            want['kurtosis_first'][m].append((x ** 4).mean() / (x ** 2).mean() ** 2)
+            p_sink, p_real = trace['sink']['attn'][m][0].numpy(), trace['attn'][m][0].numpy()   # (H, T), (H, T, T)
+            mass[m] += p_sink.sum()
+            top[m] += (p_sink >= p_real.max(-1)).sum()
+    for k, v in want.items():
+        assert result['per_layer'][k] == pytest.approx([np.mean(x) for x in v], rel=1e-5), k
+    assert result['per_layer']['sink_attn_mass'] == pytest.approx(mass / queries, rel=1e-5)
+    assert result['per_layer']['sink_attn_argmax'] == pytest.approx(top / queries, rel=1e-5)
+    assert result['sink_max_abs'] > 5 * result['max_abs_first']          # the sink is not among the measured tokens
+    assert result['attn_nowhere'] > 0                                     # real keys get less than everything
