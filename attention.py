@@ -117,6 +117,9 @@ def extra_key_attention(q, k, v, prefix=0, dropout_p=0.0, sink=None):
 # ----------------------------------------------------------------------------- the sink route
 _FLASH, _EFFICIENT, _CUDNN = (int(b) for b in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
                                                 SDPBackend.CUDNN_ATTENTION))
+_aten = torch.ops.aten   # the kernels' overloads, looked up once (each lookup costs microseconds per call)
+_CPU_FLASH = _aten._scaled_dot_product_flash_attention_for_cpu.default
+_CPU_FLASH_BACKWARD = _aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
 
 def _prefix_bias(T, prefix, like):
@@ -141,9 +144,9 @@ def _lse_forward(q, k, v, prefix):
     T = q.size(2)
     bias = _prefix_bias(T, prefix, q)
     causal, backend = bias is None, _sdpa_backend(q, k, v, bias)
-    aten = torch.ops.aten
+    aten = _aten
     if backend == _FLASH and q.device.type == 'cpu':
-        o, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=bias)
+        o, lse = _CPU_FLASH(q, k, v, 0.0, causal, attn_mask=bias)
     elif backend == _FLASH:
         o, lse = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[:2]
     elif backend == _EFFICIENT:   # L is padded to a multiple of 32 queries
@@ -162,10 +165,9 @@ def _lse_backward(do, q, k, v, out, lse, prefix):
     T = q.size(2)
     bias = _prefix_bias(T, prefix, q)
     causal, backend = bias is None, _sdpa_backend(q, k, v, bias)
-    aten = torch.ops.aten
+    aten = _aten
     if backend == _FLASH and q.device.type == 'cpu':
-        return aten._scaled_dot_product_flash_attention_for_cpu_backward(do, q, k, v, out, lse, 0.0, causal,
-                                                                         attn_mask=bias)
+        return _CPU_FLASH_BACKWARD(do, q, k, v, out, lse, 0.0, causal, attn_mask=bias)
     # dropout is 0, so the kernels never read their random state: placeholders of the forward's dtypes
     seed = torch.empty(2, dtype=torch.uint64, device=q.device)
     offset = torch.empty((), dtype=torch.uint64, device=q.device)
@@ -213,27 +215,32 @@ def _bthd(t, last=None):
     return torch.empty(B, T, H, last or d, dtype=t.dtype, device=t.device).transpose(1, 2)
 
 
+def _bthd_strides(shape):
+    B, H, T, d = shape
+    return (T * H * d, d, H * d, 1)
+
+
 def _as_bthd(t):
     """t itself when laid out as _bthd promises (the fake implementations' layout), else a copy that is."""
-    B, H, T, d = t.shape
-    return t if t.stride() == (T * H * d, d, H * d, 1) else _bthd(t).copy_(t)
+    return t if t.stride() == _bthd_strides(t.shape) else _bthd(t).copy_(t)
 
 
 def _sink_forward(q, k, v, c, u, prefix):
     o, lse = _lse_forward(q, k, v, prefix)
     w = torch.sigmoid(lse - c).unsqueeze(-1)
-    y = _bthd(q, v.size(-1))
-    if u.dim():   # y = w o + (1 - w) u, computed in fp32 and rounded once
-        torch.add(o * w, (1 - w) * u, out=y)
+    # y = w o + (1 - w) u, computed in fp32 and rounded once; in o's own memory when it has y's layout (the
+    # kernels give it that layout: no fresh buffer, which on CPU would cost page faults at every call)
+    y = o if o.stride() == _bthd_strides(o.shape) else _bthd(q, v.size(-1)).copy_(o)
+    if u.dim():
+        y.copy_(torch.addcmul((1 - w) * u, o, w))
     else:         # u = 0 (softmax-1)
-        torch.mul(o, w, out=y)
+        y.mul_(w)
     return y, lse
 
 
 def _sink_backward(dy, q, k, v, c, u, y, lse, prefix, sink_grads):
     w = torch.sigmoid(lse - c).unsqueeze(-1)
-    do = torch.empty_like(y)
-    torch.mul(dy, w, out=do)
+    do = (dy * w).to(dy.dtype)
     dq, dk, dv = (_as_bthd(g) for g in _lse_backward(do, q, k, v, y, lse, prefix))
     if not sink_grads:
         return dq, dk, dv, torch.zeros_like(c), torch.zeros_like(u)
