@@ -182,6 +182,10 @@ def check_launch(cfg, world):
         raise TrainingError(f"divergence_factor={cfg['divergence_factor']} must be 0 (off) or >= 1 "
                             f"(a perplexity ratio to the best so far)")
     rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, 0)
+    try:   # the model's own rules (GPTConfig), before any data is read; vocab_size=0 is resolved later
+        GPTConfig(**{k: cfg[k] for k in MODEL_KEYS} | {'vocab_size': cfg['vocab_size'] or 1})
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
 
 
 def rank_share(accum, batch_size, world, rank):

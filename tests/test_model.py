@@ -257,6 +257,28 @@ def test_invalid_shapes_are_value_errors():
         GPT(tiny())(torch.zeros(1, 13, dtype=torch.long))
 
 
+@pytest.mark.parametrize('fields,match', [
+    (dict(attn='clipped', clip_gamma=0.1), 'clip_gamma must be <= 0'), (dict(clip_zeta=0.9), 'clip_zeta >= 1'),
+    (dict(clip_gamma='low'), 'clip_gamma must be a number'), (dict(clip_zeta=float('inf')), 'clip_zeta must be a finite'), (dict(sigmoid_bias=float('nan')), 'sigmoid_bias'),
+    (dict(sigmoid_bias='log'), 'sigmoid_bias'), (dict(attn='softmax1', attn_bias=True), "attn='softmax'"),
+    (dict(attn_bias='yes'), 'attn_bias must be True or False'), (dict(sink_token=1), 'sink_token must be True'),
+    (dict(sink_token=True, causal_free_prefix=2), 'cannot be combined')])
+def test_mitigation_fields_are_validated(fields, match):
+    with pytest.raises(ValueError, match=match):
+        tiny(**fields)
+
+
+def test_mitigation_config_errors_are_one_line_from_train(tmp_path):
+    import subprocess
+    import sys
+    from conftest import ROOT
+    for args, message in ((['--clip_gamma=0.5'], "'clip_gamma'"), (['--attn=softmax1', '--attn_bias=True'], 'attn_bias'),
+                          (['--sigmoid_bias=abc'], 'sigmoid_bias'), (['--muon_lr=0'], "'muon_lr'")):
+        r = subprocess.run([sys.executable, 'train.py', 'config/tiny_cpu.py', f'--out_dir={tmp_path / "x"}', *args],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.count('\n') == 1 and message in r.stderr, r.stderr
+
+
 def test_from_checkpoint_round_trip_and_clear_errors(tmp_path):
     cfg = tiny(attn='softmax1', pos_emb='rotary')
     m = GPT(cfg).eval()
