@@ -2,6 +2,7 @@
 
     python gpu_suite.py --out out/gpu_suite                       # all parts (same as: python bench.py --suite gpu ...)
     python gpu_suite.py --out out/gpu_suite --parts tests         # one part; the report merges every part in --out
+    python gpu_suite.py --out out/gpu_suite --parts bench,bench_train   # the speed parts only
     python gpu_suite.py --out out/gpu_suite --parts train --data data/offline --train_iters 300
     python gpu_suite.py --out out/gpu_suite --nproc 8             # a multi-GPU node: training through torchrun
 
@@ -10,17 +11,21 @@ Parts (each a subprocess with its own log and time limit; a failed part is repor
   tests  python -m pytest -m gpu tests: softmax-1 on every CUDA kernel vs the formula, every model toggle with
          compile + bf16 vs fp32 eager, OrthoAdam's CUDA path vs the dense reference, resume exactness on the
          device, torchrun DDP on NCCL (tests/test_gpu.py)
-  bench  python bench.py: attention, optimizer step and training step at the paper's shapes (130M and 350M,
-         T = 256 and 1024): tokens/s, MFU, peak memory and the four ratios, against the targets below
+  bench  python bench.py --sections attn,optim: attention and optimizer step at the paper's shapes (130M and
+         350M, T = 256 and 1024)
+  bench_train  python bench.py --sections train: the training step of 130M and 350M at T = 256 and 1024
+         (compiled, bf16): tokens/s, MFU, peak memory; with bench, the four ratios against the targets below
+         (two parts, so that each fits a call of ten minutes)
   train  the four Table 2 variants of config/table2/gpt2_60m_*.py (vanilla, softmax-1, OrthoAdam, both) for
          --train_iters steps each at the paper's batch (512 x 256 tokens) on --data (equal budgets), then
          analyze.py on each run (--analyze_docs validation documents): loss, tokens/s, MFU, kurtosis,
          max |activation|, first-token attention
 
-Outputs in --out: env.json; tests.log, tests.xml (JUnit); bench.log, bench.json (bench.py's JSON);
+Outputs in --out: env.json; tests.log, tests.xml (JUnit); bench.log, bench.json, bench_train.log,
+bench_train.json (bench.py's JSON of each part);
 train/<variant>/ (train.py's ckpt.pt, config.json, log.jsonl, train.log, analysis.json), train.json;
 report.md and report.json ({"env", "tests": {"passed", "failed", "skipped", "errors", "failures": [{"test",
-"message"}]}, "bench": {"targets": [{"name", "value", "target", "met"}], "json": "bench.json"}, "train":
+"message"}]}, "bench": {"targets": [{"name", "value", "target", "met"}], "json": [the bench.py JSON files]}, "train":
 [{"variant", "val_loss", "val_ppl", "tokens_per_s", "mfu", "wall_s", "ppl", "kurtosis_first", "kurtosis_rest",
 "max_abs_first", "max_abs_rest", "first_attn_argmax"}], "parts": {part: {"returncode", "wall_s"}}}).
 A part that has not run in --out is absent from the report.
@@ -37,7 +42,7 @@ import time
 import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-PARTS = ('tests', 'bench', 'train')
+PARTS = ('tests', 'bench', 'bench_train', 'train')
 VARIANTS = ('vanilla', 's1', 'oa', 's1oa')   # config/table2/gpt2_60m_<variant>.py
 # the performance targets on an H100 (bench.py's JSON keys); MFU is the vanilla 130M step at T = 256
 TARGETS = [('vanilla 130M MFU (T=256, accum 16)', 'mfu_vanilla_130m', '>=', 0.40),
@@ -107,6 +112,18 @@ def junit_summary(path):
             else:
                 out['passed'] += 1
     return out
+
+
+def merge_bench(parts):
+    """One bench.py result from the JSON of the bench and bench_train parts (each ran some sections)."""
+    res = dict(parts[0])
+    for part in parts[1:]:
+        for key, value in part.items():
+            if isinstance(value, list) and key != 'load_avg':
+                res[key] = res.get(key, []) + value
+            elif value is not None and (res.get(key) is None or key not in res):
+                res[key] = value
+    return res
 
 
 def bench_targets(res):
@@ -203,10 +220,11 @@ def write_report(out):
         if t['failures']:
             lines += ['', '| test | message |', '| --- | --- |']
             lines += [f"| `{f['test']}` | {f['message'].replace('|', '/')} |" for f in t['failures']]
-    if os.path.isfile(path('bench.json')):
+    if os.path.isfile(path('bench.json')) or os.path.isfile(path('bench_train.json')):
         import bench
-        res = json.load(open(path('bench.json')))
-        rep['bench'] = {'targets': bench_targets(res), 'json': 'bench.json'}
+        res = merge_bench([json.load(open(path(f))) for f in ('bench.json', 'bench_train.json') if os.path.isfile(path(f))])
+        rep['bench'] = {'targets': bench_targets(res), 'json': [f for f in ('bench.json', 'bench_train.json')
+                                                               if os.path.isfile(path(f))]}
         lines += ['', '## Speed (`python bench.py`)', '', '| target | measured | wanted | met |', '| --- | ---: | ---: | :-: |']
         for t in rep['bench']['targets']:
             met = {None: 'not measured', True: 'yes', False: '**no**'}[t['met']]
@@ -277,9 +295,11 @@ def main(argv=None):
             rc, wall = run_part('tests', [sys.executable, '-m', 'pytest', '-q', '-m', 'gpu', 'tests', '-rfEs',
                                           f"--junitxml={os.path.join(out, 'tests.xml')}", '-p', 'no:cacheprovider'],
                                 os.path.join(out, 'tests.log'), args.timeout)
-        elif part == 'bench':
-            rc, wall = run_part('bench', [sys.executable, 'bench.py', f"--json={os.path.join(out, 'bench.json')}"]
-                                + (['--quick'] if args.quick else []), os.path.join(out, 'bench.log'), args.timeout)
+        elif part in ('bench', 'bench_train'):
+            sections = 'attn,optim' if part == 'bench' else 'train'
+            rc, wall = run_part(part, [sys.executable, 'bench.py', f'--sections={sections}',
+                                       f"--json={os.path.join(out, part + '.json')}"] + (['--quick'] if args.quick else []),
+                                os.path.join(out, part + '.log'), args.timeout)
         else:
             t0 = time.time()
             result = train_part(args, out)

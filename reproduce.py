@@ -204,13 +204,15 @@ TABLES = {
             ('gpt2_130m', 1024, 's1oa', (23.87, 23.28, 0.41, 23.19, 0.32, 22.94, 0.07)))]),
     'mitigations': Table(
         "Mitigations (ours, not the paper's): published fixes of attention sinks and outlier activations on one "
-        "model, data and budget (E_m = mean over layers; sink mass = attention that went to no real token; "
-        "Δ = quantised - full PPL)",
+        "model, data and budget (E_m = mean over layers; first mass = attention weight on the first token; "
+        "1-Σp = weight no real token received: a sink's share, or weight clipped away, or sigmoid's unnormalised "
+        "rows; Δ = quantised - full PPL)",
         ('Row', 'Attention', 'Optimizer'),
         (('PPL', 'analysis', 'ppl', '.2f', False), ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False),
          ('E_m[κ_m,>1]', 'analysis', 'kurtosis_rest', '.1f', False),
          ('%First Attn', 'analysis', 'first_attn_argmax', '.3f', False),
-         ('Sink mass', 'analysis', 'attn_nowhere', '.3f', False),
+         ('First mass', 'analysis', 'first_attn_mass', '.3f', False),
+         ('1-Σp', 'analysis', 'attn_nowhere', '.3f', False),
          ('E_m[X_m,1,d]', 'analysis', 'max_abs_first', '.1f', False),
          ('E_m[X_m,>1,d]', 'analysis', 'max_abs_rest', '.1f', False),
          ('Δ 4-bit ZP', 'quant', 'delta.zeropoint4', '.2f', False), ('Δ coarse int8', 'quant', 'delta.coarse', '.2f', False)),
@@ -219,7 +221,8 @@ TABLES = {
             ('03_clipped', 'clipped softmax', 'Adam'), ('04_gated', 'gated', 'Adam'),
             ('05_sigmoid', 'sigmoid', 'Adam'), ('06_attn_bias', 'softmax + bias k/v', 'Adam'),
             ('07_sink_token', 'softmax + sink token', 'Adam'), ('08_orthoadam', 'softmax', 'OrthoAdam'),
-            ('09_muon', 'softmax', 'Muon'), ('10_softmax1_orthoadam', 'softmax-1', 'OrthoAdam'))]),
+            ('09_muon', 'softmax', 'Muon'), ('10_softmax1_orthoadam', 'softmax-1', 'OrthoAdam'),
+            ('11_clipped_orthoadam', 'clipped softmax', 'OrthoAdam'))]),
 }
 
 

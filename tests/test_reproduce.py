@@ -174,7 +174,8 @@ def test_iters_override_keeps_the_sgd_rows_factor(tmp_path):
 MITIGATIONS = {'01_vanilla': {}, '02_softmax1': {'attn': 'softmax1'}, '03_clipped': {'attn': 'clipped'},
                '04_gated': {'attn': 'gated'}, '05_sigmoid': {'attn': 'sigmoid'}, '06_attn_bias': {'attn_bias': True},
                '07_sink_token': {'sink_token': True}, '08_orthoadam': {'optimizer': 'orthoadam'},
-               '09_muon': {'optimizer': 'muon'}, '10_softmax1_orthoadam': {'attn': 'softmax1', 'optimizer': 'orthoadam'}}
+               '09_muon': {'optimizer': 'muon'}, '10_softmax1_orthoadam': {'attn': 'softmax1', 'optimizer': 'orthoadam'},
+               '11_clipped_orthoadam': {'attn': 'clipped', 'optimizer': 'orthoadam'}}
 
 
 def test_mitigation_rows_differ_from_one_base_only_in_their_fix():
@@ -201,4 +202,4 @@ def test_mitigations_smoke_sweep_of_the_rows_with_their_own_code_paths(bb, tmp_p
     for row in doc['rows']:
         assert all(v is not None for v in row['ours'].values()), row
     md = open(os.path.join(out, 'smoke', 'mitigations.md')).read()
-    assert '| 09 | softmax | Muon |' in md and 'Sink mass' in md
+    assert '| 09 | softmax | Muon |' in md and '1-Σp' in md
