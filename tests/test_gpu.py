@@ -106,7 +106,7 @@ TOGGLES = [
 @pytest.mark.parametrize('optimizer', ['adamw', 'orthoadam'])
 @pytest.mark.parametrize('toggles', TOGGLES, ids=lambda t: '-'.join(str(v) for v in t.values()))
 def test_every_toggle_trains_compiled_bf16_like_fp32_eager(toggles, optimizer):
-    """The same model and batches, 5 optimizer steps: torch.compile + bf16 autocast against fp32 eager.
+    """The same model and batch, 5 optimizer steps: torch.compile + bf16 autocast against fp32 eager.
     Tolerances: initial loss within 1% relative, every step's loss within 3%, and the compiled model's
     initial parameter gradients at cosine similarity >= 0.99 with the fp32 ones."""
     cfg = GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=128, vocab_size=512, **toggles)
@@ -114,8 +114,11 @@ def test_every_toggle_trains_compiled_bf16_like_fp32_eager(toggles, optimizer):
     eager = GPT(cfg).to(DEVICE)
     fast = copy.deepcopy(eager)
     g = torch.Generator(device='cpu').manual_seed(1)
-    batches = [(torch.randint(0, 512, (8, 128), generator=g).to(DEVICE),
-                torch.randint(0, 512, (8, 128), generator=g).to(DEVICE)) for _ in range(5)]
+    # one batch five times: on fresh random batches the loss of a 5-step model need not fall (uniform targets:
+    # its floor log 512 is within 0.03 of the initial loss), on a repeated one it must
+    batch = (torch.randint(0, 512, (8, 128), generator=g).to(DEVICE),
+             torch.randint(0, 512, (8, 128), generator=g).to(DEVICE))
+    batches = [batch] * 5
     compiled = torch.compile(fast)
 
     def opt(m):
