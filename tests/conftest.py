@@ -35,6 +35,18 @@ def write_dataset(path, vocab_size=64, n_train=60_000, n_val=8_000, dtype='uint1
     return path
 
 
+@pytest.fixture(scope='module')
+def one_thread():
+    """One intra-op thread for a module's tests: tiny tensors gain nothing from a second one, which only waits (and on
+    a busy 2-core machine stalls the test many times over). Modules use it with
+    pytestmark = pytest.mark.usefixtures('one_thread')."""
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope='session')
 def bigram_data(tmp_path_factory):
     return write_dataset(str(tmp_path_factory.mktemp('data') / 'bigram'))

@@ -18,13 +18,7 @@ VOCAB = 40
 
 
 # ----------------------------------------------------------------------------- fixtures
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a busy 2-core machine they cost 100x."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def write_docs(path, docs, vocab_size=VOCAB):

@@ -16,13 +16,7 @@ from conftest import write_dataset
 from model import GPT, GPTConfig
 
 
-@pytest.fixture(scope='module', autouse=True)
-def one_thread():
-    """The models here are tiny: a second thread only adds synchronisation (and stalls on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 # ----------------------------------------------------------------------------- quantisers by hand

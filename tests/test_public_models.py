@@ -29,12 +29,7 @@ TEXTS = ["the thing in the evening is interesting", "  Theirs: 12 x 123, then 12
          "naïve café — 日本語 🙂", "", "there  are   spaces\tand tabs ending with spaces   "]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def byte_order():
