@@ -83,11 +83,9 @@ def test_model_with_fused_attention_matches_model_with_reference(pos_emb, varian
         assert (a - b).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize('prefix', [0, 3])
-@pytest.mark.parametrize('variant', list(MODEL_VARIANTS))
+@pytest.mark.parametrize('variant,prefix', [(v, p) for v in MODEL_VARIANTS for p in (0, 3)
+                                            if not (v == 'sink_token' and p)])   # GPTConfig refuses that pair
 def test_analysis_path_returns_what_training_path_computes(variant, prefix):
-    if variant == 'sink_token' and prefix:
-        pytest.skip('sink_token and causal_free_prefix do not combine')
     cfg = tiny(pos_emb='rotary', causal_free_prefix=prefix, **MODEL_VARIANTS[variant])
     torch.manual_seed(2)
     m = randomise(GPT(cfg)).eval()
