@@ -207,10 +207,11 @@ def write_report(out):
     lines = ['# GPU suite report', '']
     if os.path.isfile(path('env.json')):
         env = rep['env'] = json.load(open(path('env.json')))
-        lines += [f"Device: **{env.get('device', 'no CUDA device')}** (x{env.get('device_count', 0)}, "
-                  f"{env.get('memory_gib')} GiB, capability {env.get('capability')}), driver {env.get('driver')}, "
-                  f"torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, Python {env['python']}; "
-                  f"{env['time']}.", '']
+        gpu = (f"**{env['device']}** (x{env.get('device_count', 0)}, {env.get('memory_gib')} GiB, capability "
+               f"{env.get('capability')}), driver {env.get('driver')}, " if env.get('device') else
+               "**no CUDA device** (the gpu tests skip, bench.py times the CPU), ")
+        lines += [f"Device: {gpu}torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
+                  f"Python {env['python']}; {env['time']}.", '']
     for part, info in rep['parts'].items():
         lines.append(f"- part `{part}`: exit {info['returncode']}, {info['wall_s']:.0f} s")
     if os.path.isfile(path('tests.xml')):
