@@ -1,4 +1,5 @@
-"""Train a GPT-2 / Llama-2 style model with softmax or softmax-1 and AdamW, OrthoAdam, RMSProp or SGD.
+"""Train a GPT-2 / Llama-2 style model: softmax, softmax-1 or another attention fix (clipped, gated, sigmoid,
+attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
 
     python train.py config/tiny_cpu.py                        # CPU, under a minute
     python train.py config/gpt2_130m.py --attn=softmax1 --optimizer=orthoadam
@@ -994,7 +995,7 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
 def usage():
     return (f"usage: python train.py [CONFIG_FILE ...] [--key=value ...]\n"
             f"       torchrun --standalone --nproc_per_node=N train.py [CONFIG_FILE ...] [--key=value ...]\n\n"
-            f"{__doc__.strip().splitlines()[0]}\nConfig files are Python files setting keys; --key=value takes Python "
+            f"{__doc__.strip().split(chr(10) * 2)[0]}\nConfig files are Python files setting keys; --key=value takes Python "
             f"literals (bare words are strings). Keys, defaults and meanings:\n\n"
             f"{describe(DEFAULTS, HELP, CHOICES, RANGES)}\n\nREADME.md: 'Config keys' and 'Guarantees'.")
 
