@@ -454,19 +454,8 @@ def muon_split(model):
 def configure_optimizer(model, cfg, device_type):
     """Weight decay on matrices only (not on norms, biases, other 1-D params), nanoGPT style."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if cfg['optimizer'] == 'muon':   # Keller Jordan's conventions: lr 0.02, momentum 0.95, Nesterov, update
-        muon, rest = muon_split(model)   # scaled by sqrt(max(1, rows / cols)); AdamW at learning_rate for the rest
-        opt = torch.optim.Muon([{'params': [p for _, p in muon], 'param_names': [n for n, _ in muon], 'muon': True}],
-                               lr=cfg['muon_lr'], weight_decay=cfg['weight_decay'], momentum=cfg['muon_momentum'],
-                               nesterov=True, adjust_lr_fn='original')
-        decay = [(n, p) for n, p in rest if p.dim() >= 2]
-        no_decay = [(n, p) for n, p in rest if p.dim() < 2]
-        adamw = torch.optim.AdamW(
-            [{'params': [p for _, p in decay], 'param_names': [n for n, _ in decay], 'weight_decay': cfg['weight_decay']},
-             {'params': [p for _, p in no_decay], 'param_names': [n for n, _ in no_decay], 'weight_decay': 0.0}],
-            lr=cfg['learning_rate'], betas=(cfg['beta1'], cfg['beta2']), eps=cfg['eps'],
-            fused=device_type in ('cuda', 'cpu'))
-        return MuonWithAdamW(opt, adamw)
+    if cfg['optimizer'] == 'muon':   # Muon takes the blocks' matrices; the groups below are its AdamW part's
+        muon, named = muon_split(model)
     decay = [(n, p) for n, p in named if p.dim() >= 2]
     no_decay = [(n, p) for n, p in named if p.dim() < 2]
     groups = [{'params': [p for _, p in decay], 'param_names': [n for n, _ in decay], 'weight_decay': cfg['weight_decay']},
@@ -474,6 +463,12 @@ def configure_optimizer(model, cfg, device_type):
     lr, betas, eps, name = cfg['learning_rate'], (cfg['beta1'], cfg['beta2']), cfg['eps'], cfg['optimizer']
     if name == 'adamw':
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=device_type in ('cuda', 'cpu'))
+    if name == 'muon':   # Keller Jordan's conventions: lr 0.02, momentum 0.95, Nesterov, update x sqrt(max(1, rows / cols))
+        opt = torch.optim.Muon([{'params': [p for _, p in muon], 'param_names': [n for n, _ in muon], 'muon': True}],
+                               lr=cfg['muon_lr'], weight_decay=cfg['weight_decay'], momentum=cfg['muon_momentum'],
+                               nesterov=True, adjust_lr_fn='original')
+        return MuonWithAdamW(opt, torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps,
+                                                    fused=device_type in ('cuda', 'cpu')))
     if name == 'rmsprop':   # weight decay here is torch's coupled L2 term
         return torch.optim.RMSprop(groups, lr=lr, alpha=cfg['beta2'], eps=eps, momentum=cfg['momentum'])
     if name == 'sgd':
