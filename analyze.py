@@ -332,17 +332,21 @@ def perplexity(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size:
 
 
 # ----------------------------------------------------------------------------- metrics
-def kurtosis(x):
-    """Raw kurtosis over the last (feature) axis: E_d[(x - mu)^4] / E_d[(x - mu)^2]^2; a Gaussian gives 3."""
+def hidden_metrics(x):
+    """(kurtosis, norm ratio, max |x|) over the last (feature) axis, in float64, sharing their intermediate
+    tensors: raw kurtosis E_d[(x - mu)^4] / E_d[(x - mu)^2]^2 (a Gaussian gives 3) and ||x||_inf / ||x||_2."""
     x = x.double()
-    c = x - x.mean(-1, keepdim=True)
-    return c.pow(4).mean(-1) / c.pow(2).mean(-1).pow(2)
+    c2 = (x - x.mean(-1, keepdim=True)).square()
+    var, top = c2.mean(-1), x.abs().amax(-1)
+    return (c2 * c2).mean(-1) / (var * var), top / x.norm(dim=-1), top
+
+
+def kurtosis(x):
+    return hidden_metrics(x)[0]
 
 
 def norm_ratio(x):
-    """||x||_inf / ||x||_2 over the last axis."""
-    x = x.double()
-    return x.abs().amax(-1) / x.norm(dim=-1)
+    return hidden_metrics(x)[1]
 
 
 def pearson(a, b):
@@ -376,10 +380,7 @@ class Stats:
         self.n_docs_rest += int(has_rest.sum())
         s = self.sums
         for m, h in enumerate(hidden):
-            h = h.double()                # kurtosis(), norm_ratio() and max |x| in one pass over shared parts
-            c2 = (h - h.mean(-1, keepdim=True)).square()
-            var, a = c2.mean(-1), h.abs().amax(-1)
-            k, r = (c2 * c2).mean(-1) / (var * var), a / h.norm(dim=-1)          # (B, T) each
+            k, r, a = hidden_metrics(h)                                            # (B, T) each
             s['kurtosis_first'][m] += k[:, 0][first].sum().cpu()
             s['kurtosis_rest'][m] += k[rest].sum().cpu()
             s['norm_ratio_first'][m] += r[:, 0][first].sum().cpu()
@@ -404,10 +405,9 @@ class Stats:
         self.n_sink_docs += int(docs.sum())
         self.n_sink_queries += int(mask.sum())
         for m, h in enumerate(sink['hidden']):
-            h = h.double()
-            c2 = (h - h.mean(-1, keepdim=True)).square()
-            s['sink_kurtosis'][m] += ((c2 * c2).mean(-1) / c2.mean(-1).square())[docs].sum().cpu()
-            s['sink_max_abs'][m] += h.abs().amax(-1)[docs].sum().cpu()
+            k, _, a = hidden_metrics(h)
+            s['sink_kurtosis'][m] += k[docs].sum().cpu()
+            s['sink_max_abs'][m] += a[docs].sum().cpu()
         for m, (p, a) in enumerate(zip(sink['attn'], attn)):
             s['sink_attn_mass'][m] += torch.where(q, p.double(), 0).sum((0, 2)).cpu()
             s['sink_attn_argmax'][m] += ((p >= a.amax(-1)) & q).sum((0, 2)).cpu()
