@@ -141,6 +141,7 @@ def bench_targets(res):
 
 def train_part(args, out):
     """Train the four 60M variants with equal budgets, then analyze each; returns the train.json rows."""
+    from analyze import read_log   # imports torch: only for this part
     data = os.path.abspath(args.data)
     logfile = os.path.join(out, 'train.log')
     if not os.path.isfile(os.path.join(data, 'meta.json')):
@@ -163,10 +164,9 @@ def train_part(args, out):
                           f'--eval_tokens={args.eval_tokens}'] + shlex.split(args.train_args)
         rc, wall = run_part(f'train {v}', cmd, os.path.join(run_dir, 'train.log'), args.timeout)
         row = {'variant': v, 'returncode': rc, 'wall_s': wall}
-        events = [json.loads(line) for line in open(os.path.join(run_dir, 'log.jsonl'))] \
-            if os.path.isfile(os.path.join(run_dir, 'log.jsonl')) else []
-        evals = [e for e in events if e['event'] == 'eval']
-        trains = [e for e in events if e['event'] == 'train'][1:]   # the first interval includes compilation
+        log_path = os.path.join(run_dir, 'log.jsonl')   # a resumed run logs some iterations twice: the last counts
+        trains, evals = read_log(log_path) if os.path.isfile(log_path) else ([], [])
+        trains = trains[1:]   # the first interval includes compilation
         if evals:
             row.update(val_loss=evals[-1]['val_loss'], val_ppl=evals[-1]['val_ppl'], iter=evals[-1]['iter'])
         if trains:
