@@ -144,16 +144,15 @@ def _lse_forward(q, k, v, prefix):
     T = q.size(2)
     bias = _prefix_bias(T, prefix, q)
     causal, backend = bias is None, _sdpa_backend(q, k, v, bias)
-    aten = _aten
     if backend == _FLASH and q.device.type == 'cpu':
         o, lse = _CPU_FLASH(q, k, v, 0.0, causal, attn_mask=bias)
     elif backend == _FLASH:
-        o, lse = aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[:2]
+        o, lse = _aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[:2]
     elif backend == _EFFICIENT:   # L is padded to a multiple of 32 queries
-        o, lse = aten._scaled_dot_product_efficient_attention(q, k, v, _expand(bias, q), True, 0.0, causal)[:2]
+        o, lse = _aten._scaled_dot_product_efficient_attention(q, k, v, _expand(bias, q), True, 0.0, causal)[:2]
         lse = lse[..., :T]
     elif backend == _CUDNN:       # L is (B, H, T, 1)
-        o, lse = aten._scaled_dot_product_cudnn_attention(q, k, v, _expand(bias, q), True, 0.0, causal)[:2]
+        o, lse = _aten._scaled_dot_product_cudnn_attention(q, k, v, _expand(bias, q), True, 0.0, causal)[:2]
         lse = lse.reshape(lse.shape[:3])
     else:
         return _math_forward(q, k, v, bias)
@@ -165,22 +164,21 @@ def _lse_backward(do, q, k, v, out, lse, prefix):
     T = q.size(2)
     bias = _prefix_bias(T, prefix, q)
     causal, backend = bias is None, _sdpa_backend(q, k, v, bias)
-    aten = _aten
     if backend == _FLASH and q.device.type == 'cpu':
         return _CPU_FLASH_BACKWARD(do, q, k, v, out, lse, 0.0, causal, attn_mask=bias)
     # dropout is 0, so the kernels never read their random state: placeholders of the forward's dtypes
     seed = torch.empty(2, dtype=torch.uint64, device=q.device)
     offset = torch.empty((), dtype=torch.uint64, device=q.device)
     if backend == _FLASH:
-        return aten._scaled_dot_product_flash_attention_backward(do, q, k, v, out, lse, None, None, T, T, 0.0,
-                                                                 causal, seed, offset)
+        return _aten._scaled_dot_product_flash_attention_backward(do, q, k, v, out, lse, None, None, T, T, 0.0,
+                                                                  causal, seed, offset)
     if backend == _EFFICIENT:
         padded = lse.new_zeros(lse.shape[:2] + (-(-T // 32) * 32,))
         padded[..., :T] = lse
-        return aten._scaled_dot_product_efficient_attention_backward(
+        return _aten._scaled_dot_product_efficient_attention_backward(
             do, q, k, v, _expand(bias, q), out, padded, seed, offset, 0.0, [True, True, True, False], causal)[:3]
     if backend == _CUDNN:
-        return aten._scaled_dot_product_cudnn_attention_backward(
+        return _aten._scaled_dot_product_cudnn_attention_backward(
             do, q, k, v, out, lse.unsqueeze(-1), seed, offset, _expand(bias, q), None, None, T, T, 0.0, causal)
     return _math_backward(do, q, k, v, out, lse, bias)
 
