@@ -657,7 +657,7 @@ def prepare_command(args: dict, out_dir) -> str | None:
     return shlex.join(cmd + ["--out_dir", str(out_dir)])
 
 
-def _again(d: Path, args) -> str:
+def prepare_again(d, args) -> str:
     """How to prepare folder d again: the recorded command, else a pointer to it."""
     command = prepare_command(args, d) if isinstance(args, dict) else None
     return (f"prepare it again: {command}" if command else
@@ -672,13 +672,13 @@ def load_meta(data_dir) -> dict:
         progress = read_json(d / ".progress.json").get("args")
         if progress is not None:
             raise ValueError(f"{d} is not a prepared dataset yet (no meta.json: its preparation was interrupted); "
-                             f"{_again(d, progress)}")
+                             f"{prepare_again(d, progress)}")
         raise ValueError(f"{d} is not a prepared dataset (no meta.json): {hint} --out_dir {d}")
     try:
         meta = json.loads((d / "meta.json").read_text())
     except ValueError as e:
         raise ValueError(f"{d / 'meta.json'} is not valid JSON ({e}): {hint} --force --out_dir {d}") from None
-    again = _again(d, meta.get("args") if isinstance(meta, dict) else None)
+    again = prepare_again(d, meta.get("args") if isinstance(meta, dict) else None)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{d / 'meta.json'}: unknown format {meta.get('format') if isinstance(meta, dict) else meta!r} "
                          f"(this code reads format {FORMAT}): {again} --force")

@@ -38,7 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from configurator import ConfigError, describe, load_config, save_config
 from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig, load_hf
 from orthoadam import OrthoAdam
-from prepare_c4 import (PrepareError, Progress, duration, eot_offsets, load_meta, load_tokenizer, prepare_command,
+from prepare_c4 import (PrepareError, Progress, duration, eot_offsets, load_meta, load_tokenizer, prepare_again,
                         read_json, tokenizer_mismatch)
 
 DEFAULTS = dict(
@@ -328,9 +328,7 @@ def verify_tokens(path, meta, split, vocab_size, rank=0, world=1, device='cpu'):
     rank raises the same one-line TrainingError."""
     top = split_max_token(path, meta, split, rank, world, device)
     recorded = meta['splits'][split].get('max_token_id')
-    command = prepare_command(meta.get('args') or {}, os.path.dirname(path))
-    redo = (f"prepare it again: {command}" if command else
-            f"prepare it again with the prepare_c4.py command that made it (--out_dir {os.path.dirname(path)})")
+    redo = prepare_again(os.path.dirname(path), meta.get('args'))
     if recorded is not None and top != recorded:
         raise TrainingError(f"{path}: largest token id {top}, but meta.json records {recorded}; the file changed "
                             f"after it was prepared: {redo}")
