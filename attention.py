@@ -7,9 +7,11 @@
 Variants (GPTConfig.attn, GPTConfig.attn_bias):
   softmax    F.scaled_dot_product_attention (flash, memory-efficient or cuDNN on CUDA; flash on CPU).
   softmax1   exp(s_i) / (1 + sum_j exp(s_j)) (the paper): softmax over the real keys plus one more key of
-             logit 0 and value 0, seen by every query -> the sink route below.
+             logit 0 and value 0, seen by every query. CUDA: flash_sink.py's Triton kernel, where the sink is
+             the starting point of the online softmax (one fused kernel, forward and backward); CPU, and CUDA
+             where that kernel cannot run (one warning line): the sink route below.
   attn_bias  a learnt key k' and value v' per head, seen by every query (Sun et al., 2024): one more key of
-             logit c = q.k' / sqrt(d) and value v' -> the sink route. Softmax-1 is k' = 0, v' = 0.
+             logit c = q.k' / sqrt(d) and value v' -> the same two routes. Softmax-1 is k' = 0, v' = 0.
   gated      softmax attention; the model multiplies each head's output by its gate (model.py).
   clipped    clip((zeta - gamma) softmax(s) + gamma, 0, 1) (Bondarenko et al., 2023): eager, T x T.
   sigmoid    sigmoid(s + b) without normalisation (Ramapuram et al., 2024): eager, T x T.
@@ -29,6 +31,7 @@ kernels' random state would have to cross the op, so dropout > 0 takes the extra
 value and a dummy query prepended inside SDPA, T + 1 positions (extra_key_attention).
 """
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -56,19 +59,52 @@ def attention(q, k, v, config, dropout_p=0.0, sink=None):
         p = attention_probs(q, k, config)
         return F.dropout(p, dropout_p, training=dropout_p > 0).to(v.dtype) @ v
     if config.attn == 'softmax1' or sink is not None:
-        if sink is None:   # softmax-1: logit 0, value 0
-            c, u = q.new_zeros((), dtype=torch.float32), q.new_zeros(())
-        else:
-            c, u = sink_logit(q, sink[0]), sink[1]
+        if dropout_p == 0.0 and q.is_cuda:
+            kernel, reason = flash_sink_kernel(q, k, v)
+            if kernel is not None:
+                return kernel.flash_sink_attention(q, k, v, prefix, *(sink or (None, None)))
+            warn_once(f"softmax-1 / attn_bias on CUDA: the Triton kernel cannot run ({reason}); using the slower "
+                      f"SDPA log-sum-exp route")
         if dropout_p == 0.0 and q.device.type in ('cpu', 'cuda'):
-            if torch.compiler.is_compiling():   # the custom op: one opaque node in the compiled graph
-                return sink_attention(q, k, v, c, u, prefix)[0]
-            return SinkAttention.apply(q, k, v, c, u, prefix)   # eager: the same functions, less dispatch
+            return sink_route(q, k, v, prefix, sink)
         return extra_key_attention(q, k, v, prefix, dropout_p, sink)
     if prefix:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask(q.size(2), prefix, q.device),
                                               dropout_p=dropout_p)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+
+
+def sink_route(q, k, v, prefix=0, sink=None):
+    """Softmax-1 (sink None) or the attention bias (sink = (k', v')) by the log-sum-exp route below: the CPU's
+    path, and CUDA's where the Triton kernel cannot run."""
+    if sink is None:   # softmax-1: logit 0, value 0
+        c, u = q.new_zeros((), dtype=torch.float32), q.new_zeros(())
+    else:
+        c, u = sink_logit(q, sink[0]), sink[1]
+    if torch.compiler.is_compiling():   # the custom op: one opaque node in the compiled graph
+        return sink_attention(q, k, v, c, u, prefix)[0]
+    return SinkAttention.apply(q, k, v, c, u, prefix)   # eager: the same functions, less dispatch
+
+
+def flash_sink_kernel(q, k, v):
+    """(flash_sink module, None) when its Triton kernel can run this CUDA call, else (None, the reason). Imported
+    on first use: Triton takes about a second to import, which CPU runs need not pay."""
+    try:
+        import flash_sink
+    except ImportError as e:   # a CUDA build of torch ships Triton; a custom build may not
+        return None, f"cannot import Triton: {e}"
+    reason = flash_sink.supported(q, k, v)
+    return (None, reason) if reason else (flash_sink, None)
+
+
+_WARNED = set()
+
+
+@torch.compiler.disable
+def warn_once(message):
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 def sink_logit(q, key):

@@ -4,7 +4,7 @@
     python bench.py --quick                  # small shapes, under a minute on a laptop CPU (CI smoke run)
     python bench.py --sections attn,optim --json out/bench.json
     python bench.py --device cpu --compile   # CPU with torch.compile for the training step
-    python bench.py --suite gpu --out out/gpu_suite    # everything a GPU must validate, one report (see gpu_suite)
+    python bench.py --sections tune          # CUDA: time every tile shape of flash_sink.py's Triton kernel
 
 Sections (CUDA timed with events):
   attn   attention forward+backward, (B, H, T, d=64): softmax SDPA; softmax-1 as the training path runs it
@@ -44,14 +44,15 @@ import time
 
 import torch
 
-from attention import attention, attention_probs, extra_key_attention
+from attention import attention, attention_probs, extra_key_attention, sink_route
 from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
 from prepare_c4 import write_json
 from train import DEFAULTS, configure_optimizer, peak_flops
 
-SECTIONS = ('attn', 'optim', 'train')
+SECTIONS = ('attn', 'optim', 'train', 'tune')
 GPT2 = {  # the paper's GPT-2 shapes (config/gpt2_130m.py, config/gpt2_350m.py) and small CPU stand-ins
+    '60m': dict(n_layer=10, n_head=8, n_embd=512, vocab_size=50257),
     '130m': dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257),
     '350m': dict(n_layer=24, n_head=16, n_embd=1024, vocab_size=50257),
     'small': dict(n_layer=4, n_head=4, n_embd=256, vocab_size=8192),
@@ -123,34 +124,138 @@ def fmt_ratio(r, s=None):
 
 
 # ----------------------------------------------------------------------------- 1. attention
-def bench_attention(device, dtype, shapes, repeats, warmup):
+def cuda_graph(fn, inner):
+    """A callable replaying `inner` calls of fn captured in one CUDA graph: the GPU time of fn without the
+    launch gaps of Python dispatch (which a compiled training step hides behind the GPU's work)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):   # warm-up outside the graph: Triton compiles, cuDNN plans
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    return graph.replay
+
+
+def attention_inputs(B, H, T, d, device, dtype, seed=0):
+    """x as c_attn makes it (q, k, v are views of it), an output gradient, attn_bias's key and value."""
+    g = torch.Generator(device='cpu').manual_seed(seed)
+    x = torch.randn(B, T, 3 * H * d, generator=g).to(device, dtype).requires_grad_()
+    dy = torch.randn(B, H, T, d, generator=g).to(device, dtype)
+    sink = tuple((torch.randn(1, H, 1, d, generator=g) * 0.5).to(device).requires_grad_() for _ in range(2))
+    return x, dy, sink
+
+
+def fwd_bwd(forward, x, dy, sink=None):
+    """One forward and backward of forward(q, k, v) on views of x (as the model's c_attn output)."""
+    B, T = x.shape[:2]
+    H, d = dy.shape[1], dy.shape[3]
+
+    def step():
+        x.grad = None
+        if sink is not None:
+            sink[0].grad = sink[1].grad = None
+        q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2))
+        forward(q, k, v).backward(dy)
+    return step
+
+
+def time_variants(variants, device, repeats, warmup, inner):
+    """{name: seconds per call per round}: CUDA graph replays of `inner` calls on CUDA (GPU time), plain calls
+    on the CPU. A variant that cannot be captured is timed by plain calls and named in the returned set."""
+    eager = set()
+    if device.type == 'cuda':
+        fns = {}
+        for name, fn in variants.items():
+            try:
+                fns[name] = cuda_graph(fn, inner)
+            except RuntimeError as e:
+                log(f"  {name}: cannot be captured in a CUDA graph ({str(e).splitlines()[0][:120]}); timed eagerly")
+                torch.cuda.synchronize()
+                fns[name], _ = (lambda fn=fn: [fn() for _ in range(inner)]), eager.add(name)
+        times = measure(fns, device, repeats, warmup)
+        return {name: [t / inner for t in ts] for name, ts in times.items()}, eager
+    return measure(variants, device, repeats, warmup), eager
+
+
+ATTN_VARIANTS = {   # name in the JSON: what it runs (the first is every ratio's baseline)
+    'softmax_sdpa': 'softmax, F.scaled_dot_product_attention (the kernel SDPA picks)',
+    'softmax1': 'softmax-1 as the training path runs it (CUDA: the Triton kernel; CPU: the SDPA sink route)',
+    'attn_bias': 'attention bias (a learnt key and value) as the training path runs it',
+    'softmax1_sdpa_route': "softmax-1 by the SDPA sink route (CUDA's fallback; the CPU's path)",
+    'softmax1_extra_key': 'softmax-1 through an extra zero key (the route dropout takes)',
+    'softmax1_eager': 'softmax-1 with the T x T matrix materialised (the analysis path)',
+}
+
+
+def bench_attention(device, dtype, shapes, repeats, warmup, inner=10):
     rows = []
     for B, H, T, d in shapes:
-        g = torch.Generator(device='cpu').manual_seed(0)
-        x = torch.randn(B, T, 3 * H * d, generator=g).to(device, dtype).requires_grad_()   # as c_attn makes it
-        dy = torch.randn(B, H, T, d, generator=g).to(device, dtype)
+        x, dy, sink = attention_inputs(B, H, T, d, device, dtype)
         cfgs = {a: GPTConfig(attn=a, n_head=H, n_embd=H * d, block_size=T) for a in ('softmax', 'softmax1')}
-
-        def fwd_bwd(forward):
-            def step():
-                x.grad = None
-                q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2))
-                forward(q, k, v).backward(dy)
-            return step
-
+        bias_cfg = GPTConfig(attn='softmax', attn_bias=True, n_head=H, n_embd=H * d, block_size=T)
         variants = {
-            'softmax_sdpa': fwd_bwd(lambda q, k, v: attention(q, k, v, cfgs['softmax'])),
-            'softmax1': fwd_bwd(lambda q, k, v: attention(q, k, v, cfgs['softmax1'])),
-            'softmax1_extra_key': fwd_bwd(extra_key_attention),
-            'softmax1_eager': fwd_bwd(lambda q, k, v: attention_probs(q, k, cfgs['softmax1']).to(dtype) @ v),
+            'softmax_sdpa': fwd_bwd(lambda q, k, v: attention(q, k, v, cfgs['softmax']), x, dy),
+            'softmax1': fwd_bwd(lambda q, k, v: attention(q, k, v, cfgs['softmax1']), x, dy),
+            'attn_bias': fwd_bwd(lambda q, k, v: attention(q, k, v, bias_cfg, 0.0, sink), x, dy, sink),
+            'softmax1_sdpa_route': fwd_bwd(sink_route, x, dy),
+            'softmax1_extra_key': fwd_bwd(extra_key_attention, x, dy),
+            'softmax1_eager': fwd_bwd(lambda q, k, v: attention_probs(q, k, cfgs['softmax1']).to(dtype) @ v, x, dy),
         }
         log(f"attn B={B} H={H} T={T} d={d}: {', '.join(variants)}")
-        times = measure(variants, device, repeats, warmup)
-        row = {'shape': [B, H, T, d], 'dtype': str(dtype).removeprefix('torch.')}
+        times, eager = time_variants(variants, device, repeats, warmup, inner if device.type == 'cuda' else 1)
+        row = {'shape': [B, H, T, d], 'dtype': str(dtype).removeprefix('torch.'),
+               'timing': 'cuda_graph' if device.type == 'cuda' else 'wall', 'timed_eagerly': sorted(eager)}
         row.update({name: summary(t) for name, t in times.items()})
-        for name, key in (('softmax1', 'softmax1_over_softmax'), ('softmax1_extra_key', 'extra_key_over_softmax'),
-                          ('softmax1_eager', 'eager_over_softmax')):
+        for name in list(variants)[1:]:
+            key = attn_key(name)
             row[key], row[key + '_spread'] = paired_ratio(times[name], times['softmax_sdpa'])
+        rows.append(row)
+    return rows
+
+
+def bench_tune(device, shapes, repeats, warmup, inner=10):
+    """Every tile shape of flash_sink's candidates on each shape: the forward alone, then forward + backward with
+    the best forward; the rows say which to put in flash_sink.blocks()."""
+    import flash_sink
+    rows = []
+    cfg = None
+    for B, H, T, d in shapes + [(64, 8, 256, 64), (32, 12, 256, 64)]:   # + the 60M and 130M configs' micro-batches
+        x, dy, _ = attention_inputs(B, H, T, d, device, torch.bfloat16)
+        q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in x.detach().split(H * d, dim=2))
+        default = flash_sink.blocks(T, d, torch.bfloat16)
+        fwd = {}
+        for tiles in flash_sink.FWD_CANDIDATES:
+            flash_sink.FORCE = (tiles, default[1])
+            fwd[tiles] = (lambda: flash_sink.flash_sink_attention(q, k, v))
+            try:
+                fwd[tiles] = cuda_graph(fwd[tiles], inner)
+            except Exception as e:   # a tile shape this GPU cannot run (shared memory)
+                log(f"  fwd {tiles}: {str(e).splitlines()[0][:120]}")
+                del fwd[tiles]
+        flash_sink.FORCE = None
+        t_fwd = {tiles: statistics.median(t) / inner for tiles, t in measure(fwd, device, repeats, warmup).items()}
+        best_fwd = min(t_fwd, key=t_fwd.get)
+        both = {}
+        for tiles in flash_sink.BWD_CANDIDATES:
+            flash_sink.FORCE = (best_fwd, tiles)
+            try:
+                both[tiles] = cuda_graph(fwd_bwd(lambda q, k, v: flash_sink.flash_sink_attention(q, k, v), x, dy), inner)
+            except Exception as e:
+                log(f"  bwd {tiles}: {str(e).splitlines()[0][:120]}")
+        flash_sink.FORCE = None
+        t_both = {tiles: statistics.median(t) / inner for tiles, t in measure(both, device, repeats, warmup).items()}
+        best_bwd = min(t_both, key=t_both.get)
+        row = {'shape': [B, H, T, d], 'default': [list(default[0]), list(default[1])],
+               'forward_ms': {str(k): v * 1e3 for k, v in t_fwd.items()},
+               'forward_backward_ms': {str(k): v * 1e3 for k, v in t_both.items()},
+               'best': [list(best_fwd), list(best_bwd)]}
+        log(f"tune {B},{H},{T},{d}: best fwd {best_fwd} {t_fwd[best_fwd] * 1e3:.3f} ms (default "
+            f"{t_fwd.get(default[0], float('nan')) * 1e3:.3f}); best bwd {best_bwd} fwd+bwd {t_both[best_bwd] * 1e3:.3f} ms "
+            f"(default {t_both.get(default[1], float('nan')) * 1e3:.3f})")
         rows.append(row)
     return rows
 
@@ -284,20 +389,17 @@ def plan(device, quick):
         attn_shapes, attn_dtype = [(16, 12, 256, 64), (4, 12, 1024, 64), (16, 16, 256, 64), (4, 16, 1024, 64)], \
             torch.bfloat16
         optim_sizes, train_dtype = ['130m', '350m'], torch.bfloat16
-        # (size, micro-batch, T): the configs' 32 x 256 sequences per micro-batch, and the same tokens at T = 1024
-        train_cases = [('130m', 32, 256)] if quick else [('130m', 32, 256), ('130m', 8, 1024), ('350m', 32, 256),
-                                                          ('350m', 8, 1024)]
-        accums = [16, 1]   # config/gpt2_130m.py on one GPU: 16 x 32 sequences per optimizer step
-        repeats, warmup = (5, 2) if quick else (20, 5)
+        # (size, micro-batch, T, grad accums): the paper's step of 512 x 256 tokens on one GPU with the configs'
+        # micro-batches (config/gpt2_60m.py: 8 x 64, config/gpt2_130m.py: 16 x 32); --quick: 2 micro-batches
+        train_cases = [('60m', 64, 256, [2 if quick else 8]), ('130m', 32, 256, [2 if quick else 16])]
+        repeats, warmup = (5, 2) if quick else (15, 3)
     elif quick:
         attn_shapes, attn_dtype = [(2, 12, 128, 64), (1, 12, 256, 64)], torch.float32
-        optim_sizes, train_cases, train_dtype = ['tiny', 'small'], [('tiny', 8, 64)], torch.float32
-        accums = [2, 1]
+        optim_sizes, train_cases, train_dtype = ['tiny', 'small'], [('tiny', 8, 64, [2, 1])], torch.float32
         repeats, warmup = 5, 1
     else:
         attn_shapes, attn_dtype = [(4, 12, 256, 64), (2, 12, 1024, 64)], torch.float32
-        optim_sizes, train_cases, train_dtype = ['small', '130m'], [('small', 8, 256)], torch.float32
-        accums = [4, 1]
+        optim_sizes, train_cases, train_dtype = ['small', '130m'], [('small', 8, 256, [4, 1])], torch.float32
         repeats, warmup = 7, 2
 
     def optim_variants(size):
@@ -308,23 +410,28 @@ def plan(device, quick):
             v.append(('orthoadam', 'haar', 'all'))        # 3072 x 3072 QRs: too slow for big CPU runs
         return v
     return dict(attn_shapes=attn_shapes, attn_dtype=attn_dtype, optim_sizes=optim_sizes, optim_variants=optim_variants,
-                train_cases=train_cases, train_dtype=train_dtype, accums=accums, repeats=repeats, warmup=warmup)
+                train_cases=train_cases, train_dtype=train_dtype, repeats=repeats, warmup=warmup)
 
 
 def report(res):
     lines = [f"device: {res['device']} | torch {res['torch']} | {'quick' if res['quick'] else 'full'} | "
              f"times: min / median over rounds; ratios: median of per-round ratios ± spread (IQR / median)"]
     if res['attention']:
-        lines += ['', '1. attention forward+backward (ms)',
-                  f"{'B,H,T,d':<16} {'dtype':<9} {'softmax SDPA':>17} {'softmax-1':>17} {'s-1 extra key':>17}"
-                  f" {'s-1 eager':>17} {'s1/s':>13} {'extra key/s':>13} {'eager/s':>13}"]
+        names = list(ATTN_VARIANTS)
+        lines += ['', f"1. attention forward+backward (ms; {res['attention'][0]['timing'].replace('_', ' ')} time); "
+                  f"ratios over {names[0]}", f"{'B,H,T,d':<16} {'dtype':<9} " + ' '.join(f"{n:>19}" for n in names)]
         for r in res['attention']:
-            ms = [f"{r[k]['min_s'] * 1e3:.2f} / {r[k]['median_s'] * 1e3:.2f}"
-                  for k in ('softmax_sdpa', 'softmax1', 'softmax1_extra_key', 'softmax1_eager')]
-            ratios = [fmt_ratio(r[k], r[k + '_spread'])
-                      for k in ('softmax1_over_softmax', 'extra_key_over_softmax', 'eager_over_softmax')]
-            lines.append(f"{','.join(map(str, r['shape'])):<16} {r['dtype']:<9} " + ' '.join(f"{m:>17}" for m in ms)
-                         + ' ' + ' '.join(f"{x:>13}" for x in ratios))
+            ms = [f"{r[k]['min_s'] * 1e3:.3f} / {r[k]['median_s'] * 1e3:.3f}" for k in names]
+            ratios = [fmt_ratio(r[attn_key(k)], r[attn_key(k) + '_spread']) for k in names[1:]]
+            lines.append(f"{','.join(map(str, r['shape'])):<16} {r['dtype']:<9} " + ' '.join(f"{m:>19}" for m in ms))
+            lines.append(f"{'':<16} {'ratio':<9} {'':>19} " + ' '.join(f"{x:>19}" for x in ratios))
+    if res.get('tune'):
+        lines += ['', '0. flash_sink tile shapes (ms, CUDA graph time; best first)']
+        for r in res['tune']:
+            f = sorted(r['forward_ms'].items(), key=lambda kv: kv[1])
+            b = sorted(r['forward_backward_ms'].items(), key=lambda kv: kv[1])
+            lines.append(f"{','.join(map(str, r['shape']))}: forward {', '.join(f'{k} {v:.3f}' for k, v in f)}")
+            lines.append(f"{'':>{len(','.join(map(str, r['shape'])))}}  fwd+bwd {', '.join(f'{k} {v:.3f}' for k, v in b)}")
     if res['optimizer']:
         lines += ['', '2. optimizer step (ms) and state',
                   f"{'model':<6} {'params':>8} {'optimizer':<28} {'min / median':>17} {'state':>13} {'step/AdamW':>13}"
@@ -346,26 +453,73 @@ def report(res):
             lines.append(f"{r['model']:<6} {r['variant']:<20} {shape:>14} {r['dtype']:<9} "
                          f"{str(r['compile']):<7} {r['min_s'] * 1e3:>8.1f} / {r['median_s'] * 1e3:>8.1f} "
                          f"{r['tokens_per_s']:>10,.0f} {mfu:>6} {mem:>22} {ratio:>14}")
-    lines += ['', 'ratios (median; target in brackets)',
-              f"  attn_softmax1_over_softmax       {fmt_ratio(res['attn_softmax1_over_softmax']):>8}  (<= 1.10x CPU, "
-              f"<= 1.05x CUDA; worst shape)",
-              f"  attn_extra_key_over_softmax      {fmt_ratio(res['attn_extra_key_over_softmax']):>8}  (the extra-key "
-              f"route, for comparison)",
-              f"  optim_state_orthoadam_over_adamw {fmt_ratio(res['optim_state_orthoadam_over_adamw']):>8}  (<= 1.05x)",
-              f"  optim_step_orthoadam_over_adamw  {fmt_ratio(res['optim_step_orthoadam_over_adamw']):>8}  (<= 2x on CUDA)",
-              f"  train_step_s1oa_over_vanilla     {fmt_ratio(res['train_step_s1oa_over_vanilla']):>8}  (<= 1.10x CPU, "
-              f"<= 1.05x CUDA; grad_accum {next(iter(res['train_step_s1oa_over_vanilla_by_accum']), '-')})"]
+    cuda = res['device'].split(' ')[0] != 'cpu'
+    lines += ['', f"targets ({'CUDA' if cuda else 'CPU'}; median ratios)",
+              f"  {'target':<58} {'measured':>9} {'wanted':>9}  met"]
+    for t in judge(res):
+        value = 'n/a' if t['value'] is None else f"{t['value']:.3f}"
+        met = {None: 'not measured' if t['value'] is None else 'no target here', True: 'yes', False: 'NO'}[t['met']]
+        lines.append(f"  {t['name']:<58} {value:>9} {t['target']:>9}  {met}")
     if res['unreliable']:
         lines += ['', 'UNRELIABLE timings (rerun on an idle machine, or with more --repeats):']
         lines += [f"  {u}" for u in res['unreliable']]
     return '\n'.join(lines)
 
 
+# (name, key of bench.py's JSON, comparison, target on CUDA, target on the CPU or None where it is CUDA's alone)
+TARGETS = [('softmax-1 / softmax attention fwd+bwd (worst shape)', 'attn_softmax1_over_softmax', '<=', 1.03, 1.05),
+           ('attention bias / softmax attention fwd+bwd (worst shape)', 'attn_bias_over_softmax', '<=', 1.05, None),
+           ('OrthoAdam / fused AdamW step (largest model)', 'optim_step_orthoadam_over_adamw', '<=', 1.5, None),
+           ('OrthoAdam / AdamW optimizer state', 'optim_state_orthoadam_over_adamw', '<=', 1.05, 1.05),
+           ('softmax-1 + OrthoAdam / vanilla training step, 60M', 'train_step_s1oa_over_vanilla_60m', '<=', 1.03, None),
+           ('softmax-1 + OrthoAdam / vanilla training step, 130M', 'train_step_s1oa_over_vanilla_130m', '<=', 1.03,
+            None),
+           ('vanilla 130M MFU (paper batch, T = 256)', 'mfu_vanilla_130m', '>=', 0.45, None)]
+
+
+def judge(res):
+    """Each target with its measured value and whether it is met (None: not measured on this device)."""
+    cuda = not str(res.get('device', 'cpu')).startswith('cpu')
+    out = []
+    for name, key, op, on_cuda, on_cpu in TARGETS:
+        target, value = on_cuda if cuda else on_cpu, res.get(key)
+        met = None if value is None or target is None else (value >= target if op == '>=' else value <= target)
+        out.append({'name': name, 'key': key, 'value': value, 'target': '-' if target is None else f"{op} {target}",
+                    'met': met})
+    return out
+
+
+def derive(res):
+    """The target ratios (TARGETS' keys) from the rows measured so far; None where not measured."""
+    default = [r for r in res['optimizer'] if r['optimizer'] == 'orthoadam hadamard/residual']
+    for key in ('softmax1_over_softmax', 'attn_bias_over_softmax', 'extra_key_over_softmax'):
+        res['attn_' + key.removeprefix('attn_')] = max((r[key] for r in res['attention']), default=None)
+    res['optim_state_orthoadam_over_adamw'] = default[-1]['state_over_adamw'] if default else None
+    res['optim_step_orthoadam_over_adamw'] = default[-1]['step_over_adamw'] if default else None
+    first = [r for r in res['train'] if 'step_over_vanilla' in r and (r['model'], r['block_size']) ==
+             (res['train'][0]['model'], res['train'][0]['block_size'])]
+    res['train_step_s1oa_over_vanilla'] = first[0]['step_over_vanilla'] if first else None
+    res['train_step_s1oa_over_vanilla_by_accum'] = {str(r['grad_accum']): r['step_over_vanilla'] for r in first}
+    for size in ('60m', '130m'):   # the paper's step: the first grad_accum measured at T = 256
+        rows = [r for r in res['train'] if r['model'] == size and r['block_size'] == 256]
+        ratio = [r['step_over_vanilla'] for r in rows if 'step_over_vanilla' in r]
+        mfu = [r['mfu'] for r in rows if r['variant'] == 'vanilla']
+        res[f'train_step_s1oa_over_vanilla_{size}'] = ratio[0] if ratio else None
+        res[f'mfu_vanilla_{size}'] = mfu[0] if mfu else None
+    return res
+
+
+def attn_key(name):
+    """The ratio key of an attention variant in bench.py's JSON rows: softmax1 -> softmax1_over_softmax,
+    softmax1_extra_key -> extra_key_over_softmax, attn_bias -> attn_bias_over_softmax."""
+    return ('softmax1' if name == 'softmax1' else name.removeprefix('softmax1_')) + '_over_softmax'
+
+
 def unreliable(res, busy):
     """The reasons to distrust this run's ratios: a busy machine, and each ratio that scatters too much."""
     reasons = [busy] if busy else []
     for r in res['attention']:
-        for key in ('softmax1_over_softmax', 'extra_key_over_softmax'):
+        for key in ('softmax1_over_softmax', 'attn_bias_over_softmax', 'extra_key_over_softmax'):
             if r[key + '_spread'] > MAX_SPREAD:
                 reasons.append(f"attn {','.join(map(str, r['shape']))} {key}: spread {100 * r[key + '_spread']:.0f}%")
     for r in res['optimizer']:
@@ -382,22 +536,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--quick', action='store_true', help='small shapes and few repeats')
     parser.add_argument('--json', metavar='PATH', help='write all measurements and ratios to PATH')
-    parser.add_argument('--sections', default=','.join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument('--sections', default='attn,optim,train', help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1'")
     parser.add_argument('--repeats', type=int, default=0, help='timed rounds per measurement (0: per device)')
     parser.add_argument('--compile', action=argparse.BooleanOptionalAction, default=None,
                         help='torch.compile the training step (default: on CUDA only)')
     parser.add_argument('--grad_accum', default='', metavar='N[,N...]',
                         help='micro-batches per training step, one row each; the first gives the ratio '
-                             '(default: CUDA 16,1 as config/gpt2_130m.py on one GPU; CPU 4,1; --quick 2,1)')
-    parser.add_argument('--suite', choices=['gpu'], help="run the GPU validation suite instead (gpu_suite.py): "
-                        "python bench.py --suite gpu --out DIR [suite options, see python gpu_suite.py --help]")
-    args, rest = parser.parse_known_args(argv)
-    if args.suite:
-        import gpu_suite
-        sys.exit(gpu_suite.main(rest))
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+                             '(default: CUDA the paper batch per model, 60M 8, 130M 16; CPU 4,1; --quick 2,1)')
+    args = parser.parse_args(argv)
     if args.grad_accum and not all(a.isdigit() and int(a) > 0 for a in args.grad_accum.split(',')):
         parser.error(f"--grad_accum={args.grad_accum!r}: allowed a comma-separated list of positive integers")
     if args.repeats < 0:
@@ -426,34 +573,37 @@ def main(argv=None):
     res = {'device': name, 'torch': torch.__version__, 'quick': args.quick, 'cpu_count': os.cpu_count(),
            'attention': [], 'optimizer': [], 'train': []}
     t0 = time.time()
+
+    def save():   # after every section and training case: a run stopped at its time limit keeps what it measured
+        derive(res)
+        res['elapsed_s'] = time.time() - t0
+        res['load_avg'] = [load_start, os.getloadavg()[0]]
+        res['unreliable'] = unreliable(res, busy)
+        if args.json:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            write_json(args.json, res, indent=1)
+    if 'tune' in sections and device.type != 'cuda':
+        parser.error("--sections=tune times the Triton kernel's tile shapes: it needs CUDA")
+    if 'tune' in sections:
+        res['tune'] = bench_tune(device, p['attn_shapes'], repeats, p['warmup'])
+        save()
     if 'attn' in sections:
         res['attention'] = bench_attention(device, p['attn_dtype'], p['attn_shapes'], repeats, p['warmup'])
+        save()
     if 'optim' in sections:
         res['optimizer'] = bench_optimizer(device, p['optim_sizes'], p['optim_variants'], repeats, p['warmup'])
+        save()
     if 'train' in sections:
-        accums = [int(a) for a in args.grad_accum.split(',')] if args.grad_accum else p['accums']
-        for size, B, T in p['train_cases']:
+        for size, B, T, accums in p['train_cases']:
+            accums = [int(a) for a in args.grad_accum.split(',')] if args.grad_accum else accums
             res['train'] += bench_train(device, size, B, T, p['train_dtype'], compile, repeats,
                                         p['warmup'] + (2 if compile else 0), accums)
             if device.type == 'cuda':
                 torch.cuda.empty_cache()
-    default = [r for r in res['optimizer'] if r['optimizer'] == 'orthoadam hadamard/residual']
-    res['attn_softmax1_over_softmax'] = max((r['softmax1_over_softmax'] for r in res['attention']), default=None)
-    res['attn_extra_key_over_softmax'] = max((r['extra_key_over_softmax'] for r in res['attention']), default=None)
-    res['optim_state_orthoadam_over_adamw'] = default[-1]['state_over_adamw'] if default else None
-    res['optim_step_orthoadam_over_adamw'] = default[-1]['step_over_adamw'] if default else None
-    first = [r for r in res['train'] if 'step_over_vanilla' in r and (r['model'], r['block_size']) ==
-             (res['train'][0]['model'], res['train'][0]['block_size'])]
-    res['train_step_s1oa_over_vanilla'] = first[0]['step_over_vanilla'] if first else None
-    res['train_step_s1oa_over_vanilla_by_accum'] = {str(r['grad_accum']): r['step_over_vanilla'] for r in first}
-    res['elapsed_s'] = time.time() - t0
-    res['load_avg'] = [load_start, os.getloadavg()[0]]
-    res['unreliable'] = unreliable(res, busy)
+            save()
+    save()
     print(report(res))
     print(f"\n{res['elapsed_s']:.1f} s")
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        write_json(args.json, res, indent=1)
     return res
 
 

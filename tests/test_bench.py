@@ -13,11 +13,12 @@ RATIOS = ('attn_softmax1_over_softmax', 'optim_state_orthoadam_over_adamw', 'opt
 
 
 def test_quick_run_writes_ratios(tmp_path):
+    import bench
     out = tmp_path / 'bench.json'
     run = subprocess.run([sys.executable, 'bench.py', '--quick', '--device=cpu', '--repeats=2', f'--json={out}'],
                          cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr
-    assert 'ratios (median' in run.stdout and 'optim tiny' in run.stderr   # table on stdout, progress on stderr
+    assert 'targets (CPU' in run.stdout and 'optim tiny' in run.stderr   # table on stdout, progress on stderr
     res = json.loads(out.read_text())
     assert res['device'].startswith('cpu') and res['quick'] is True
     for key in RATIOS:
@@ -27,8 +28,10 @@ def test_quick_run_writes_ratios(tmp_path):
     assert [(r['variant'], r['grad_accum']) for r in res['train']] == [
         ('vanilla', 2), ('softmax1+orthoadam', 2), ('vanilla', 1), ('softmax1+orthoadam', 1)]
     assert isinstance(res['attn_extra_key_over_softmax'], float) and isinstance(res['unreliable'], list)
-    assert all({'softmax_sdpa', 'softmax1', 'softmax1_extra_key', 'softmax1_eager', 'softmax1_over_softmax_spread'}
+    assert all(set(bench.ATTN_VARIANTS) | {'softmax1_over_softmax_spread', 'attn_bias_over_softmax',
+                                           'sdpa_route_over_softmax', 'extra_key_over_softmax', 'eager_over_softmax'}
                <= set(r) for r in res['attention'])
+    assert res['attn_bias_over_softmax'] == max(r['attn_bias_over_softmax'] for r in res['attention'])
     assert set(res['train_step_s1oa_over_vanilla_by_accum']) == {'2', '1'}
     assert res['train_step_s1oa_over_vanilla'] == res['train_step_s1oa_over_vanilla_by_accum']['2']
     assert all(r['tokens_per_s'] * r['median_s'] == pytest.approx(r['grad_accum'] * 8 * 64) for r in res['train'])
@@ -66,7 +69,8 @@ def test_rounds_interleave_variants_and_ratios_are_paired():
 
 def test_scattered_ratios_and_a_busy_machine_are_reported_unreliable():
     import bench
-    row = {'shape': [1, 2, 3, 4], 'softmax1_over_softmax_spread': 0.25, 'extra_key_over_softmax_spread': 0.01}
+    row = {'shape': [1, 2, 3, 4], 'softmax1_over_softmax_spread': 0.25, 'extra_key_over_softmax_spread': 0.01,
+           'attn_bias_over_softmax_spread': 0.0}
     res = {'attention': [row], 'optimizer': [{'model': 'tiny', 'optimizer': 'adamw', 'step_over_adamw_spread': 0.0}],
            'train': [{'model': 'tiny', 'grad_accum': 1, 'batch_size': 8, 'block_size': 64,
                       'step_over_vanilla_spread': 0.5}]}

@@ -42,7 +42,8 @@ def rel_err(a, b):
 @pytest.mark.parametrize('backend', list(BACKENDS))
 @pytest.mark.parametrize('variant', ['softmax1', 'attn_bias'])
 def test_sink_route_on_each_backend_matches_formula(variant, backend, prefix, dtype):
-    """Softmax-1 (the sink route) with SDPA restricted to one kernel, forward and backward, against the fp64 formula.
+    """Softmax-1 by the SDPA sink route (CUDA's fallback) with SDPA restricted to one kernel, forward and backward,
+    against the fp64 formula.
     Tolerance: max error / max |reference| <= 1e-5 in fp32 (TF32 off), 2e-2 in bf16 / fp16."""
     dtype = getattr(torch, dtype)
     if not CUDA and backend not in ('flash', 'math'):
@@ -66,7 +67,7 @@ def test_sink_route_on_each_backend_matches_formula(variant, backend, prefix, dt
             pytest.skip(f'{backend} cannot run {dtype} prefix={prefix} here: {str(e).splitlines()[0]}')
         if chosen != int(BACKENDS[backend]):
             pytest.skip(f'{backend} not available for {dtype} prefix={prefix} (SDPA chose {chosen})')
-        y = attention(q, k, v, cfg, 0.0, sink)
+        y = attention_module.sink_route(q, k, v, prefix, sink)
         got = torch.autograd.grad(y, leaves, dy)
     x64 = x.detach().double().cpu().requires_grad_()
     sink64 = tuple(s.detach().double().cpu().requires_grad_() for s in sink) if sink else None
@@ -80,12 +81,77 @@ def test_sink_route_on_each_backend_matches_formula(variant, backend, prefix, dt
 
 
 def test_bf16_training_shapes_take_a_fused_kernel():
-    """At the paper's head size in bf16 the training path runs a fused kernel (flash on CUDA), not the eager
-    fallback; with a free prefix (a mask) still a fused one."""
+    """At the paper's head size in bf16 the training path runs fused kernels, not an eager fallback: softmax a
+    fused SDPA kernel (flash or cuDNN, whichever SDPA prefers on this GPU), with a free prefix (a mask) still a
+    fused one; softmax-1 and the attention bias the Triton kernel (on CUDA)."""
     q = torch.randn(2, 12, 256, 64, device=DEVICE, dtype=torch.bfloat16)
-    assert attention_module._sdpa_backend(q, q, q, None) == int(SDPBackend.FLASH_ATTENTION)
+    fused = {int(SDPBackend.FLASH_ATTENTION), int(SDPBackend.CUDNN_ATTENTION), int(SDPBackend.EFFICIENT_ATTENTION)}
+    assert attention_module._sdpa_backend(q, q, q, None) in fused
     bias = attention_module._prefix_bias(256, 4, q)
     assert attention_module._sdpa_backend(q, q, q, bias) != int(SDPBackend.MATH)
+    if CUDA:
+        kernel, reason = attention_module.flash_sink_kernel(q, q, q)
+        assert kernel is not None, reason
+
+
+# ----------------------------------------------------------------------------- the Triton kernel on CUDA
+@pytest.mark.skipif(not CUDA, reason='the Triton kernel runs on CUDA (tests/test_flash_sink.py checks it on CPU)')
+@pytest.mark.parametrize('dtype', ['bfloat16', 'float16', 'float32'])
+@pytest.mark.parametrize('prefix,T', [(0, 300), (4, 300), (0, 1024), (200, 333)])
+@pytest.mark.parametrize('variant', ['softmax1', 'attn_bias'])
+def test_triton_sink_kernel_matches_formula(variant, prefix, T, dtype):
+    """The training path on CUDA (flash_sink.py's kernel), forward and backward, against the fp64 formula: max
+    error / max |reference| <= 1e-5 in fp32 (IEEE dots), 2e-2 in bf16 / fp16. T = 300 and 333 are no multiple of
+    any tile; d = 64 as the paper's models."""
+    dtype = getattr(torch, dtype)
+    g = torch.Generator(device='cpu').manual_seed(1)
+    B, H, d = 2, 4, 64
+    x = torch.randn(B, T, 3 * H * d, generator=g).to(DEVICE, dtype).requires_grad_()
+    q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2))
+    dy = torch.randn(B, H, T, d, generator=g).to(DEVICE, dtype)
+    cfg = GPTConfig(attn='softmax' if variant == 'attn_bias' else 'softmax1', attn_bias=variant == 'attn_bias',
+                    n_head=H, n_embd=H * d, block_size=T, causal_free_prefix=prefix)
+    sink = tuple((torch.randn(1, H, 1, d, generator=g) * 3).to(DEVICE).requires_grad_() for _ in range(2)) \
+        if variant == 'attn_bias' else None
+    leaves = [x] + (list(sink) if sink else [])
+    y = attention(q, k, v, cfg, 0.0, sink)
+    assert y.stride() == (T * H * d, d, H * d, 1)    # laid out as (B, T, H, d) for the model's view
+    got = torch.autograd.grad(y, leaves, dy)
+    x64 = x.detach().double().cpu().requires_grad_()
+    sink64 = tuple(s.detach().double().cpu().requires_grad_() for s in sink) if sink else None
+    ref = reference_attention(*(t.view(B, T, H, d).transpose(1, 2) for t in x64.split(H * d, dim=2)), cfg,
+                              sink=sink64)
+    want = torch.autograd.grad(ref, [x64] + (list(sink64) if sink64 else []), dy.double().cpu())
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert rel_err(y.cpu(), ref) <= tol
+    for a, b in zip(got, want):
+        assert rel_err(a.cpu(), b) <= tol
+
+
+@pytest.mark.skipif(not CUDA, reason='the Triton kernel runs on CUDA')
+@pytest.mark.parametrize('variant', ['softmax1', 'attn_bias'])
+def test_triton_sink_kernel_compiled_equals_eager(variant):
+    """torch.compile runs the same kernels (through torch.library.triton_op), without a graph break: outputs and
+    gradients as eager's (relative 1e-3, a quarter of one bf16 rounding)."""
+    g = torch.Generator(device='cpu').manual_seed(2)
+    B, H, T, d = 2, 4, 256, 64
+    x = torch.randn(B, T, 3 * H * d, generator=g).to(DEVICE, torch.bfloat16).requires_grad_()
+    sink = tuple((torch.randn(1, H, 1, d, generator=g)).to(DEVICE).requires_grad_() for _ in range(2)) \
+        if variant == 'attn_bias' else None
+    cfg = GPTConfig(attn='softmax' if sink else 'softmax1', attn_bias=bool(sink), n_head=H, n_embd=H * d,
+                    block_size=T)
+    leaves = [x] + (list(sink) if sink else [])
+
+    def f(x, *s):
+        q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2))
+        return attention(q, k, v, cfg, 0.0, s or None)
+    torch._dynamo.reset()
+    dy = torch.randn(B, H, T, d, generator=g).to(DEVICE, torch.bfloat16)
+    y_eager = f(x, *(sink or ()))
+    y_compiled = torch.compile(f, fullgraph=True)(x, *(sink or ()))
+    assert rel_err(y_compiled, y_eager) <= 1e-3
+    for a, b in zip(torch.autograd.grad(y_compiled, leaves, dy), torch.autograd.grad(y_eager, leaves, dy)):
+        assert rel_err(a, b) <= 1e-3
 
 
 # ----------------------------------------------------------------------------- every toggle, compile + bf16

@@ -6,24 +6,29 @@ import sys
 
 import pytest
 
+import bench
 import gpu_suite
 from conftest import ROOT
 
 
 def test_bench_parts_merge_and_targets_are_judged_by_hand():
     ops = {'device': 'H100', 'attention': [{'shape': [1]}], 'optimizer': [], 'train': [], 'unreliable': ['a'],
-           'attn_softmax1_over_softmax': 1.04, 'optim_step_orthoadam_over_adamw': 2.5, 'train_step_s1oa_over_vanilla': None}
+           'attn_softmax1_over_softmax': 1.02, 'attn_bias_over_softmax': 1.06, 'optim_step_orthoadam_over_adamw': 2.5,
+           'train_step_s1oa_over_vanilla_60m': None}
     train = {'device': 'H100', 'attention': [], 'optimizer': [], 'unreliable': ['b'],
-             'train': [{'variant': 'vanilla', 'model': '130m', 'block_size': 256, 'mfu': 0.41},
-                       {'variant': 'vanilla', 'model': '350m', 'block_size': 256, 'mfu': 0.5}],
-             'attn_softmax1_over_softmax': None, 'optim_step_orthoadam_over_adamw': None,
-             'train_step_s1oa_over_vanilla': 1.06}
+             'train': [{'variant': 'vanilla', 'model': '130m', 'block_size': 256, 'mfu': 0.41}],
+             'attn_softmax1_over_softmax': None, 'optim_step_orthoadam_over_adamw': None, 'mfu_vanilla_130m': 0.46,
+             'train_step_s1oa_over_vanilla_60m': 1.04, 'train_step_s1oa_over_vanilla_130m': 1.01}
     res = gpu_suite.merge_bench([ops, train])
-    assert len(res['attention']) == 1 and len(res['train']) == 2 and res['unreliable'] == ['a', 'b']
-    targets = {t['key']: (t['value'], t['met']) for t in gpu_suite.bench_targets(res)}
-    assert targets == {'mfu_vanilla_130m': (0.41, True), 'attn_softmax1_over_softmax': (1.04, True),
-                       'optim_step_orthoadam_over_adamw': (2.5, False), 'train_step_s1oa_over_vanilla': (1.06, False)}
-    assert gpu_suite.bench_targets({})[0]['met'] is None   # not measured is not a failure
+    assert len(res['attention']) == 1 and len(res['train']) == 1 and res['unreliable'] == ['a', 'b']
+    targets = {t['key']: (t['value'], t['met']) for t in bench.judge(res)}
+    assert targets == {'attn_softmax1_over_softmax': (1.02, True), 'attn_bias_over_softmax': (1.06, False),
+                       'optim_step_orthoadam_over_adamw': (2.5, False), 'optim_state_orthoadam_over_adamw': (None, None),
+                       'train_step_s1oa_over_vanilla_60m': (1.04, False), 'train_step_s1oa_over_vanilla_130m': (1.01, True),
+                       'mfu_vanilla_130m': (0.46, True)}
+    assert bench.judge({})[0]['met'] is None   # not measured is not a failure
+    cpu = {t['key']: t['target'] for t in bench.judge({'device': 'cpu (2 cores)'})}
+    assert cpu['attn_softmax1_over_softmax'] == '<= 1.05' and cpu['mfu_vanilla_130m'] == '-'   # CUDA's alone
 
 
 def test_junit_summary_counts_and_failure_messages(tmp_path):
