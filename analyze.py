@@ -82,6 +82,7 @@ import torch.nn.functional as F
 
 from model import GPT, load_hf
 from prepare_c4 import PrepareError, Progress, iter_documents, load_meta, load_tokenizer, tokenizer_mismatch, write_json
+from train import device_problem
 
 HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
 BUCKET_DOCS = 512        # documents read ahead and sorted by length, so that a batch holds similar lengths
@@ -756,6 +757,15 @@ def plot_optimizer_basis(runs, path):
 
 
 # ----------------------------------------------------------------------------- command line
+def choose_device(spec):
+    """--device: 'auto' is cuda when there is a GPU, else cpu; a device this machine lacks is a one-line ValueError
+    (train.py's check)."""
+    problem = device_problem(spec)
+    if problem:
+        raise ValueError(problem)
+    return ('cuda' if torch.cuda.is_available() else 'cpu') if spec == 'auto' else spec
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
@@ -790,7 +800,7 @@ def main(argv=None):
                 raise ValueError(f"--ckpt {c}: the folder holds no ckpt.pt (pass best.pt's path for the best checkpoint)")
         if args.json and args.json.endswith('.json') and len(specs) > 1:
             raise ValueError(f"--json {args.json} is one file but {len(specs)} models were given: pass a folder")
-        device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
+        device = choose_device(args.device)
         if args.batch_size is None:
             args.batch_size = 8 if device.startswith('cuda') else 1
         if args.batch_size < 1:

@@ -356,9 +356,9 @@ def main(argv=None):
             raise ValueError(f"checkpoint {missing[0]} not found")
         if args.batch_size < 1 or args.max_docs < 0:
             raise ValueError("--batch_size must be >= 1 and --max_docs >= 0")
+        device = analyze.choose_device(args.device)
         if args.data is not None or args.init_from:      # fail before loading any model
             analyze.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
-        device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
         models = []
         for spec in specs:
             lm = analyze.load_model(spec, device, args.block_size)

@@ -166,19 +166,27 @@ class TrainingError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- distributed / device
-def check_launch(cfg, world):
-    """Checks that need no process group, so that every rank fails alike before torchrun's rendezvous."""
-    device = cfg['device']
+def device_problem(device):
+    """Why `device` cannot run here, as one line, or None: 'auto', 'cpu', 'cuda' and 'cuda:N' of an existing GPU
+    are fine (analyze.py and eval_quant.py check their --device with it too)."""
     if device not in ('auto', 'cpu') and not re.fullmatch(r'cuda(:\d+)?', device):
-        raise TrainingError(f"device={device!r} is not 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        return f"device={device!r} is not 'auto', 'cpu', 'cuda' or 'cuda:N'"
     if device.startswith('cuda'):
         if not torch.cuda.is_available():
             build = 'a CPU-only build' if torch.version.cuda is None else f'built for CUDA {torch.version.cuda}'
-            raise TrainingError(f"device={device!r} but no CUDA GPU is available (torch {torch.__version__} is "
-                                f"{build}); use --device=cpu or --device=auto")
+            return (f"device={device!r} but no CUDA GPU is available (torch {torch.__version__} is {build}); "
+                    f"use --device=cpu or --device=auto")
         index = int(device.partition(':')[2] or 0)
         if 'RANK' not in os.environ and index >= torch.cuda.device_count():
-            raise TrainingError(f"device={device!r} but this machine has {torch.cuda.device_count()} GPU(s)")
+            return f"device={device!r} but this machine has {torch.cuda.device_count()} GPU(s)"
+    return None
+
+
+def check_launch(cfg, world):
+    """Checks that need no process group, so that every rank fails alike before torchrun's rendezvous."""
+    problem = device_problem(cfg['device'])
+    if problem:
+        raise TrainingError(problem)
     if 0 < cfg['divergence_factor'] < 1:
         raise TrainingError(f"divergence_factor={cfg['divergence_factor']} must be 0 (off) or >= 1 "
                             f"(a perplexity ratio to the best so far)")

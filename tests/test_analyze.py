@@ -419,6 +419,8 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     (['--ckpt', '{ckpt}', '--data', 'no/such/data'], 'not a prepared dataset'),
     (['--ckpt', '{ckpt}', '{ckpt}', '--json', 'x.json'], 'pass a folder'),
     (['--table', '{ckpt}'], 'not an analyze.py JSON file'),
+    pytest.param(['--ckpt', '{ckpt}', '--device', 'cuda'], "device='cuda' but no CUDA GPU is available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason='checks the error without a GPU')),
 ])
 def test_cli_errors_are_one_line(args, message, docs_dir, tmp_path):
     ckpt = write_checkpoint(str(tmp_path / 'r'))

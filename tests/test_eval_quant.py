@@ -322,6 +322,8 @@ def test_cli_table_json_and_markdown(trained, data, tmp_path, capsys):
     (['--data', 'no/such/dir'], 'is not a prepared dataset'),
     (['--table', 'missing.json'], 'no such file'),
     (['--table', os.path.join(os.path.dirname(__file__), 'conftest.py')], 'is not an eval_quant.py JSON file'),
+    pytest.param(['--device', 'cuda'], "device='cuda' but no CUDA GPU is available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason='checks the error without a GPU')),
 ])
 def test_cli_errors_are_one_line(trained, data, tmp_path, args, message):
     ckpt = save_checkpoint(trained, str(tmp_path / 'ckpt.pt'))
