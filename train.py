@@ -566,6 +566,20 @@ def check_resume(cfg, ckpt, meta):
 
 
 # ----------------------------------------------------------------------------- out_dir and checkpoints
+def check_out_dir(out_dir):
+    """Before anything is read or written: out_dir, or the nearest folder above it that exists (where it will be
+    made), is a folder this process may write to. claim_out_dir catches what this cannot see (e.g. root on a
+    read-only folder)."""
+    existing = os.path.abspath(out_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise TrainingError(f"out_dir={out_dir!r}: {existing} is a file, not a folder; choose another --out_dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise TrainingError(f"cannot write to out_dir={out_dir!r} ({existing}: no write permission for this user); "
+                            f"choose a writable --out_dir")
+
+
 def lock_out_dir(out_dir):
     """Hold an exclusive flock on out_dir/.lock for the life of the run; the file names the holder. The
     kernel releases it when the process ends, however it ends, so a killed run never blocks the next."""
@@ -721,6 +735,8 @@ def open_run(cfg, ckpt_path, best_path):
     if cfg['init_from'] not in INIT_FROM[:3] and not (cfg['init_from'].startswith('hf:') and len(cfg['init_from']) > 3):
         raise TrainingError(f"config key 'init_from' must be one of {', '.join(map(repr, INIT_FROM))}, "
                             f"got {cfg['init_from']!r}")
+    if not cfg['eval_only']:
+        check_out_dir(cfg['out_dir'])
     if cfg['init_from'] == 'auto':   # resume when out_dir holds a checkpoint, else start from scratch
         cfg['init_from'] = 'resume' if os.path.exists(ckpt_path) else 'scratch'
     if cfg['init_from'] == 'scratch' and not cfg['eval_only']:
@@ -763,15 +779,19 @@ def claim_out_dir(cfg, ckpt_path, seen):
     meanwhile, leftovers of killed saves, config.json. Returns the lock's file descriptor (None: eval_only)."""
     if cfg['eval_only']:
         return None
-    fd = lock_out_dir(cfg['out_dir'])
     try:
-        if file_state(ckpt_path) != seen:
-            raise TrainingError(f"{ckpt_path} changed while this run was starting (another run wrote it); start again")
-        remove_leftovers(cfg['out_dir'])
-        save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
-    except BaseException:
-        os.close(fd)
-        raise
+        fd = lock_out_dir(cfg['out_dir'])
+        try:
+            if file_state(ckpt_path) != seen:
+                raise TrainingError(f"{ckpt_path} changed while this run was starting (another run wrote it); start again")
+            remove_leftovers(cfg['out_dir'])
+            save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
+        except BaseException:
+            os.close(fd)
+            raise
+    except OSError as e:   # e.g. a read-only folder or filesystem
+        raise TrainingError(f"cannot write to out_dir={cfg['out_dir']!r} ({e.filename}: {e.strerror}); "
+                            f"choose a writable --out_dir") from None
     return fd
 
 

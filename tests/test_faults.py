@@ -1,5 +1,6 @@
 """Fault injection on train.py (CPU, a few seconds each): SIGKILL at random moments, corrupt checkpoints, bad
-token ids, a diverging run, two runs on one out_dir. README "Guarantees" names these tests."""
+token ids, a diverging run, two runs on one out_dir, and the paths and files a new user gets wrong (an out_dir
+that is a file or read-only, edited data, only best.pt, a torn log line). README "Guarantees" names these tests."""
 import glob
 import json
 import os
@@ -164,3 +165,57 @@ def test_two_runs_on_one_out_dir(bigram_data, tmp_path, capsys):
     it = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num']
     code, stdout, err = cli(capsys, *args, f'--max_iters={it + 1}')        # the lock went with the process
     assert code == 0, err
+
+
+# ----------------------------------------------------------------------------- what a new user runs into (issue 21)
+def test_out_dir_that_is_a_file_is_one_line(bigram_data, tmp_path, capsys):
+    notes = tmp_path / 'notes.txt'
+    notes.write_text('keep me')
+    for out in (notes, notes / 'run'):
+        code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2')
+        assert code == 2 and err.count('\n') == 1 and f'{notes} is a file, not a folder' in err, err
+    assert notes.read_text() == 'keep me'
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason='root writes through file modes; '
+                    'test_out_dir_that_cannot_be_written_is_one_line checks the error as root')
+def test_out_dir_without_write_permission_is_one_line(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2', '--eval_interval=1']
+    assert cli(capsys, *args)[0] == 0
+    before = snapshot(out)
+    os.chmod(out, 0o555)
+    os.chmod(tmp_path, 0o555)
+    try:
+        for extra in (['--init_from=resume', '--max_iters=4'], [f'--out_dir={tmp_path / "fresh"}']):
+            code, _, err = cli(capsys, *args, *extra)
+            assert code == 2 and err.count('\n') == 1 and 'cannot write to out_dir' in err, err
+    finally:
+        os.chmod(tmp_path, 0o755)
+        os.chmod(out, 0o755)
+    assert snapshot(out) == before and not os.path.exists(tmp_path / 'fresh')
+
+
+def test_out_dir_that_cannot_be_written_is_one_line(bigram_data, tmp_path, capsys, monkeypatch):
+    """The same error for root, whom file modes do not stop: a folder the kernel refuses to make (under /sys),
+    and a resume whose out_dir refuses every file (os.open denied there)."""
+    args = [f'--dataset={bigram_data}', *SMALL, '--max_iters=2', '--eval_interval=1']
+    if os.path.isdir('/sys/kernel'):
+        code, _, err = cli(capsys, *args, '--out_dir=/sys/kernel/no_such_run')
+        assert code == 2 and err.count('\n') == 1 and 'cannot write to out_dir' in err, err
+    out = str(tmp_path / 'run')
+    assert cli(capsys, *args, f'--out_dir={out}')[0] == 0
+    before = snapshot(out)
+    real_open = os.open
+
+    def denied(path, *a, **kw):
+        if os.path.abspath(path).startswith(out):
+            raise PermissionError(13, 'Permission denied', path)
+        return real_open(path, *a, **kw)
+    monkeypatch.setattr(os, 'open', denied)
+    code, _, err = cli(capsys, *args, f'--out_dir={out}', '--init_from=resume', '--max_iters=4')
+    monkeypatch.undo()
+    assert code == 2 and err.count('\n') == 1 and 'cannot write to out_dir' in err and '.lock' in err, err
+    assert snapshot(out) == before
+
+
