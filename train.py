@@ -637,22 +637,6 @@ def save_checkpoint(path, ckpt):
     fsync_dir(path)
 
 
-def keep_as_best(ckpt_path, best_path):
-    """best.pt := the checkpoint just written to ckpt_path, atomically: a hard link (no copy; ckpt.pt is only
-    ever replaced by a rename, which leaves best.pt's file alone), or a copy where links are unsupported."""
-    tmp = f"{best_path}.tmp"
-    try:
-        os.link(ckpt_path, tmp)
-    except OSError:
-        with open(ckpt_path, 'rb') as src, open(tmp, 'wb') as dst:
-            while chunk := src.read(1 << 24):
-                dst.write(chunk)
-            dst.flush()
-            os.fsync(dst.fileno())
-    os.replace(tmp, best_path)
-    fsync_dir(best_path)
-
-
 def load_checkpoint(path):
     if not os.path.isfile(path):
         raise TrainingError(f"no checkpoint at {path} to resume or evaluate; train with --init_from=scratch first")
@@ -865,7 +849,8 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
                 else contextlib.nullcontext())
 
     def checkpoint(best):
-        """ckpt.pt := this state; with best, best.pt too (ckpt.pt first: a kill in between leaves both valid)."""
+        """ckpt.pt := this state; with best, best.pt too, as a file of its own (ckpt.pt first: a kill in between
+        leaves both valid)."""
         states = [None] * world
         if world > 1:
             dist.all_gather_object(states, rng_state(device_type))
@@ -874,14 +859,15 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
         if not all(torch.isfinite(p).all() for p in raw_model.parameters()):   # same weights on every rank
             raise TrainingError("non-finite weights; not overwriting the last good checkpoint")
         if master:
-            save_checkpoint(ckpt_path, {
+            contents = {
                 'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
                 'model_args': model_args, 'iter_num': iter_num, 'best_val_loss': best_val_loss, 'config': cfg,
                 'bos': meta['eot_token'] if cfg['windows'] == 'document' else None,
                 'tokenizer': meta.get('tokenizer_info'), 'rng': states,
-                'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num, 'identity': data_identity(meta)}})
-            if best:
-                keep_as_best(ckpt_path, best_path)
+                'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num, 'identity': data_identity(meta)}}
+            save_checkpoint(ckpt_path, contents)
+            if best:   # not a link to ckpt.pt: a write into one file (a cp onto it, a truncation) leaves the other
+                save_checkpoint(best_path, contents)
 
     log_file = cleanup.enter_context(open(os.path.join(cfg['out_dir'], 'log.jsonl'), 'a')) if master and not cfg['eval_only'] else None
     wandb = None

@@ -219,3 +219,15 @@ def test_out_dir_that_cannot_be_written_is_one_line(bigram_data, tmp_path, capsy
     assert snapshot(out) == before
 
 
+def test_best_pt_is_a_file_of_its_own(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    assert cli(capsys, f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2',
+               '--eval_interval=1')[0] == 0
+    ckpt, best = os.path.join(out, 'ckpt.pt'), os.path.join(out, 'best.pt')
+    assert os.stat(best).st_nlink == 1 and not os.path.samefile(ckpt, best)
+    kept = open(best, 'rb').read()
+    with open(ckpt, 'r+b') as f:                              # an in-place write into ckpt.pt
+        f.truncate(0)
+    assert open(best, 'rb').read() == kept and torch.load(best, weights_only=False)['iter_num'] == 2
+
+
