@@ -637,8 +637,17 @@ def save_checkpoint(path, ckpt):
     fsync_dir(path)
 
 
+def only_best(ckpt_path, best_path):
+    """What to do with an out_dir that holds best.pt but no ckpt.pt (ckpt.pt was deleted or moved)."""
+    return (f"{os.path.dirname(ckpt_path) or '.'} holds best.pt but no ckpt.pt; to continue from (or evaluate) the best "
+            f"checkpoint: cp {best_path} {ckpt_path}, then --init_from=resume; or choose another --out_dir")
+
+
 def load_checkpoint(path):
     if not os.path.isfile(path):
+        best = os.path.join(os.path.dirname(path), 'best.pt')
+        if os.path.isfile(best):
+            raise TrainingError(only_best(path, best))
         raise TrainingError(f"no checkpoint at {path} to resume or evaluate; train with --init_from=scratch first")
     try:
         ckpt = torch.load(path, map_location='cpu', weights_only=False)
@@ -724,9 +733,10 @@ def open_run(cfg, ckpt_path, best_path):
     if cfg['init_from'] == 'auto':   # resume when out_dir holds a checkpoint, else start from scratch
         cfg['init_from'] = 'resume' if os.path.exists(ckpt_path) else 'scratch'
     if cfg['init_from'] == 'scratch' and not cfg['eval_only']:
-        for path in (ckpt_path, best_path):
-            if os.path.exists(path):
-                raise TrainingError(f"{path} exists; continue the run with --init_from=resume, or choose another --out_dir")
+        if os.path.exists(ckpt_path):
+            raise TrainingError(f"{ckpt_path} exists; continue the run with --init_from=resume, or choose another --out_dir")
+        if os.path.exists(best_path):
+            raise TrainingError(only_best(ckpt_path, best_path))
     meta, paths = open_data(cfg)
     pretrained = public_model(cfg, meta) if cfg['init_from'].startswith('hf:') else None
     resume = cfg['init_from'] == 'resume' or (pretrained is not None and os.path.exists(ckpt_path))

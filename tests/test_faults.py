@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -229,5 +230,20 @@ def test_best_pt_is_a_file_of_its_own(bigram_data, tmp_path, capsys):
     with open(ckpt, 'r+b') as f:                              # an in-place write into ckpt.pt
         f.truncate(0)
     assert open(best, 'rb').read() == kept and torch.load(best, weights_only=False)['iter_num'] == 2
+
+
+def test_a_folder_with_only_best_pt_says_how_to_continue_from_it(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--eval_interval=1']
+    assert cli(capsys, *args, '--max_iters=2')[0] == 0
+    ckpt, best = os.path.join(out, 'ckpt.pt'), os.path.join(out, 'best.pt')
+    os.remove(ckpt)
+    for extra in ('--init_from=scratch', '--init_from=auto', '--init_from=resume', '--eval_only=True'):
+        code, _, err = cli(capsys, *args, '--max_iters=4', extra)
+        assert code == 2 and err.count('\n') == 1, (extra, err)
+        assert f'holds best.pt but no ckpt.pt' in err and f'cp {best} {ckpt}, then --init_from=resume' in err, err
+    shutil.copy(best, ckpt)                                     # the advice, followed
+    code, _, err = cli(capsys, *args, '--max_iters=4', '--init_from=resume')
+    assert code == 0, err
 
 
