@@ -637,6 +637,18 @@ def save_checkpoint(path, ckpt):
     fsync_dir(path)
 
 
+def open_log(path):
+    """log.jsonl, opened for appending. A run killed mid-write can leave a torn last line; a newline ends it
+    first, so the next event is a line of its own (readers skip the torn one)."""
+    f = open(path, 'a')
+    if f.tell() > 0:
+        with open(path, 'rb') as tail:
+            tail.seek(-1, os.SEEK_END)
+            if tail.read(1) != b'\n':
+                f.write('\n')
+    return f
+
+
 def only_best(ckpt_path, best_path):
     """What to do with an out_dir that holds best.pt but no ckpt.pt (ckpt.pt was deleted or moved)."""
     return (f"{os.path.dirname(ckpt_path) or '.'} holds best.pt but no ckpt.pt; to continue from (or evaluate) the best "
@@ -879,7 +891,7 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
             if best:   # not a link to ckpt.pt: a write into one file (a cp onto it, a truncation) leaves the other
                 save_checkpoint(best_path, contents)
 
-    log_file = cleanup.enter_context(open(os.path.join(cfg['out_dir'], 'log.jsonl'), 'a')) if master and not cfg['eval_only'] else None
+    log_file = cleanup.enter_context(open_log(os.path.join(cfg['out_dir'], 'log.jsonl'))) if master and not cfg['eval_only'] else None
     wandb = None
     if master and cfg['wandb_log']:
         try:

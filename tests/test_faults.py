@@ -247,3 +247,21 @@ def test_a_folder_with_only_best_pt_says_how_to_continue_from_it(bigram_data, tm
     assert code == 0, err
 
 
+def test_a_torn_last_log_line_is_ended_before_the_next_event(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--eval_interval=2']
+    assert cli(capsys, *args, '--max_iters=2')[0] == 0
+    torn = '{"event": "train", "iter": 3, "lo'                 # a run killed while writing this line
+    with open(os.path.join(out, 'log.jsonl'), 'a') as f:
+        f.write(torn)
+    assert cli(capsys, *args, '--max_iters=4', '--init_from=resume')[0] == 0
+    lines = open(os.path.join(out, 'log.jsonl')).read().splitlines()
+    assert lines[-1].startswith('{') and lines.count(torn) == 1
+    events, unreadable = [], []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            unreadable.append(line)
+    assert unreadable == [torn]
+    assert [e['iter'] for e in events if e['event'] == 'train'] == [1, 2, 3, 4]
