@@ -18,6 +18,7 @@ validation loss stops without writing one. README "Guarantees" lists what a run 
 import contextlib
 import fcntl
 import glob
+import hashlib
 import json
 import math
 import os
@@ -296,60 +297,82 @@ SCAN_CHUNK = 1 << 26   # tokens per read when checking a split's token ids
 
 
 def split_max_token(path, meta, split, rank=0, world=1, device='cpu'):
-    """The largest token id of a whole split file. Collective: the ranks read interleaved chunks of 2^26
-    tokens (rank 0 shows progress for big files) and all-reduce the maximum, so no rank waits long for
-    another. The result is cached in <data>/.verified.json under the file's identity (size, mtime,
-    meta.json's sha256), so a file is read once; a read-only data folder is read at every start."""
+    """(largest token id, sha256) of a whole split file. Collective: the ranks read interleaved chunks of 2^26
+    tokens for the maximum and all-reduce it; rank 0 also reads the chunks in between, in order, for the file's
+    sha256 (the other ranks return None for it and wait at the all-reduce) and shows progress for big files.
+    The result is cached in <data>/.verified.json under the file's size and mtime_ns, with the sha256 the file
+    had then, so a file is read once; a read-only data folder is read at every start."""
     st, name = os.stat(path), os.path.basename(path)
-    identity = {'size': st.st_size, 'mtime_ns': st.st_mtime_ns, 'sha256': meta['splits'][split].get('sha256')}
     stamp_path = os.path.join(os.path.dirname(path), '.verified.json')
     stamps = read_json(Path(stamp_path))
     entry = stamps.get(name)
-    cached = isinstance(entry, dict) and {k: entry.get(k) for k in identity} == identity
+    cached = (isinstance(entry, dict) and entry.get('size') == st.st_size and entry.get('mtime_ns') == st.st_mtime_ns
+              and isinstance(entry.get('sha256'), str) and isinstance(entry.get('max_token_id'), int))
     if world > 1:   # one decision for all ranks (another run may write the stamp meanwhile)
         cached = not any_rank(torch.tensor(not cached, device=device))
     if cached:
-        return entry['max_token_id']
-    data, chunk, top = memmap(path, meta), SCAN_CHUNK, 0
-    progress = Progress(f"checking token ids of {path}", target_tokens=len(data), unit='chunks')
-    for i, lo in enumerate(range(rank * chunk, len(data), world * chunk)):
-        top = max(top, int(data[lo:lo + chunk].max()))
-        if rank == 0:
-            progress.update(i + 1, min(lo + world * chunk, len(data)))
+        return entry['max_token_id'], entry['sha256']
+    data, chunk, top, sha = memmap(path, meta), SCAN_CHUNK, 0, hashlib.sha256() if rank == 0 else None
+    progress = Progress(f"checking {path} (token ids, sha256)", target_tokens=len(data), unit='chunks')
+    for i, lo in enumerate(range(0, len(data), chunk)):
+        mine = i % world == rank
+        if not mine and sha is None:
+            continue
+        part = np.asarray(data[lo:lo + chunk])
+        if sha is not None:
+            sha.update(part)
+            progress.update(i + 1, min(lo + chunk, len(data)))
+        if mine:
+            top = max(top, int(part.max()))
     top = int(all_reduce(torch.tensor(top, device=device), dist.ReduceOp.MAX).item())
     if rank == 0 and time.time() - progress.t0 > 2:
         progress.done(f"max id {top}")
-    if rank == 0:
-        stamps[name] = dict(identity, max_token_id=top)
-        try:   # a unique temporary name: runs starting together on one data folder do not collide
-            with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), prefix='.verified.', delete=False) as f:
-                json.dump(stamps, f, indent=1)
-            os.replace(f.name, stamp_path)
-        except OSError:
-            pass
-    return top
+    if rank != 0:
+        return top, None
+    stamps[name] = {'size': st.st_size, 'mtime_ns': st.st_mtime_ns, 'sha256': sha.hexdigest(), 'max_token_id': top}
+    try:   # a unique temporary name: runs starting together on one data folder do not collide
+        with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), prefix='.verified.', delete=False) as f:
+            json.dump(stamps, f, indent=1)
+        os.replace(f.name, stamp_path)
+    except OSError:
+        pass
+    return top, stamps[name]['sha256']
+
+
+def first_token_at_least(path, meta, bound):
+    """The position of the first token id >= bound in a split file (read again, only on the way to an error)."""
+    data = memmap(path, meta)
+    for lo in range(0, len(data), SCAN_CHUNK):
+        hits = np.flatnonzero(np.asarray(data[lo:lo + SCAN_CHUNK]) >= bound)
+        if len(hits):
+            return lo + int(hits[0])
+    return None
 
 
 def verify_tokens(path, meta, split, vocab_size, rank=0, world=1, device='cpu'):
-    """Before the first step: every token id of the split is < vocab_size and the file holds what meta.json
-    says it holds (its max id, where prepare_c4.py recorded one). Collective (see split_max_token): every
-    rank raises the same one-line TrainingError."""
-    top = split_max_token(path, meta, split, rank, world, device)
-    recorded = meta['splits'][split].get('max_token_id')
+    """Before the first step: every token id of the split is < vocab_size, and the file is the one meta.json
+    describes (its sha256 and largest id, where prepare_c4.py recorded them), so that the data identity a
+    checkpoint records (meta.json's) is the file's. An error names the file and, where one exists, the position
+    of the first offending token. Collective (see split_max_token; only rank 0 knows the sha256, and
+    `collectively` gives its error to every rank)."""
+    top, sha = split_max_token(path, meta, split, rank, world, device)
+    recorded = meta['splits'][split]
     redo = prepare_again(os.path.dirname(path), meta.get('args'))
-    if recorded is not None and top != recorded:
-        raise TrainingError(f"{path}: largest token id {top}, but meta.json records {recorded}; the file changed "
-                            f"after it was prepared: {redo}")
     if top >= vocab_size:
-        data, first = memmap(path, meta), None
-        for lo in range(0, len(data), SCAN_CHUNK):
-            hits = np.flatnonzero(np.asarray(data[lo:lo + SCAN_CHUNK]) >= vocab_size)
-            if len(hits):
-                first = lo + int(hits[0])
-                break
         raise TrainingError(f"{path} holds token id {top} >= vocab_size {vocab_size} (first such id at token "
-                            f"{first:,}); the file does not match meta.json (tokenizer {meta.get('tokenizer')!r}, "
-                            f"vocab_size {meta['vocab_size']}): {redo}")
+                            f"{first_token_at_least(path, meta, vocab_size):,}); the file does not match meta.json "
+                            f"(tokenizer {meta.get('tokenizer')!r}, vocab_size {meta['vocab_size']}): {redo}")
+    largest = recorded.get('max_token_id')
+    if largest is not None and top > largest:
+        raise TrainingError(f"{path}: largest token id {top}, but meta.json records {largest} (first larger id at "
+                            f"token {first_token_at_least(path, meta, largest + 1):,}); the file changed after it "
+                            f"was prepared: {redo}")
+    if sha is not None and recorded.get('sha256') and sha != recorded['sha256']:
+        raise TrainingError(f"{path} no longer matches meta.json (sha256 {sha[:12]}..., meta.json records "
+                            f"{recorded['sha256'][:12]}...); the file changed after it was prepared: {redo}")
+    if largest is not None and top != largest:
+        raise TrainingError(f"{path}: largest token id {top}, but meta.json records {largest}; the file changed "
+                            f"after it was prepared: {redo}")
 
 
 _starts = {}

@@ -2,6 +2,7 @@
 token ids, a diverging run, two runs on one out_dir, and the paths and files a new user gets wrong (an out_dir
 that is a file or read-only, edited data, only best.pt, a torn log line). README "Guarantees" names these tests."""
 import glob
+import hashlib
 import json
 import os
 import random
@@ -218,6 +219,53 @@ def test_out_dir_that_cannot_be_written_is_one_line(bigram_data, tmp_path, capsy
     monkeypatch.undo()
     assert code == 2 and err.count('\n') == 1 and 'cannot write to out_dir' in err and '.lock' in err, err
     assert snapshot(out) == before
+
+
+def hashed(data, **recorded):
+    """A dataset whose meta.json records each split's sha256, as prepare_c4.py writes it (and `recorded` keys)."""
+    meta = json.load(open(os.path.join(data, 'meta.json')))
+    for split in ('train', 'val'):
+        content = open(os.path.join(data, f'{split}.bin'), 'rb').read()
+        meta['splits'][split].update(sha256=hashlib.sha256(content).hexdigest(), **recorded)
+    with open(os.path.join(data, 'meta.json'), 'w') as f:
+        json.dump(meta, f)
+    return data
+
+
+def test_a_same_size_edit_of_the_data_is_refused_fresh_and_on_resume(tmp_path, capsys):
+    data = hashed(write_dataset(str(tmp_path / 'data'), n_train=20_000, n_val=4_000))
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={data}', *SMALL, '--max_iters=2', '--eval_interval=1']
+    assert cli(capsys, *args, f'--out_dir={out}')[0] == 0
+    val = os.path.join(data, 'val.bin')
+    ckpt = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)
+    assert ckpt['data']['identity']['val_sha256'] == hashlib.sha256(open(val, 'rb').read()).hexdigest()
+    ids = np.fromfile(val, dtype=np.uint16)
+    ids[:2000] = ids[2000:4000]                               # 2,000 tokens overwritten: same size, valid ids
+    ids.tofile(val)
+    before = snapshot(out)
+    for extra in ([f'--out_dir={out}', '--init_from=resume', '--max_iters=4'], [f'--out_dir={tmp_path / "fresh"}']):
+        code, stdout, err = cli(capsys, *args, *extra)
+        assert code == 2 and err.count('\n') == 1, err
+        assert f'{val} no longer matches meta.json' in err and 'prepare it again' in err and 'iter ' not in stdout
+    assert snapshot(out) == before and not os.path.exists(tmp_path / 'fresh')
+    stamp = json.load(open(os.path.join(data, '.verified.json')))['val.bin']   # what the file is, not meta.json's claim
+    assert stamp['sha256'] == hashlib.sha256(open(val, 'rb').read()).hexdigest()
+
+
+@pytest.mark.parametrize('bad_id, message', [(69, 'token id 69 >= vocab_size 64 (first such id at token 17,171)'),
+                                             (62, 'meta.json records 61 (first larger id at token 17,171)')])
+def test_a_bad_id_under_a_stale_meta_json_is_named_with_its_position(tmp_path, capsys, bad_id, message):
+    data = write_dataset(str(tmp_path / 'data'), vocab_size=64, n_train=20_000, n_val=4_000)
+    path = os.path.join(data, 'train.bin')
+    ids = np.fromfile(path, dtype=np.uint16)
+    ids[ids > 61] = 61                                         # the data as prepared: ids up to 61
+    ids.tofile(path)
+    hashed(data, max_token_id=61)
+    ids[17_171] = bad_id                                       # changed after meta.json was written
+    ids.tofile(path)
+    code, _, err = cli(capsys, f'--dataset={data}', f'--out_dir={tmp_path / "run"}', *SMALL, '--max_iters=2')
+    assert code == 2 and err.count('\n') == 1 and path in err and message in err, err
 
 
 def test_best_pt_is_a_file_of_its_own(bigram_data, tmp_path, capsys):
