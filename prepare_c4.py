@@ -741,7 +741,12 @@ def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, 
     """Write both splits and meta.json into out_dir; finished work with the same args is kept.
     limits[split] = (max_tokens, max_docs)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise PrepareError(f"--out_dir {out} is a file, not a folder; choose another --out_dir")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PrepareError(f"cannot create --out_dir {out} ({e.strerror}: {e.filename}); choose another --out_dir") from None
     args = json.loads(json.dumps(args))
     meta_path, progress_path = out / "meta.json", out / ".progress.json"
     old, progress = read_json(meta_path), read_json(progress_path)

@@ -411,6 +411,14 @@ def test_prepare_command_for_the_synthetic_task_only_when_the_command_line_can_m
     assert prepare_c4.prepare_command({}, "d") is None
 
 
+def test_out_dir_that_is_a_file_is_refused_in_one_line(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    for out in (notes, notes / "data"):
+        code, err = run_main(["--source", "bigram_backcopy", "--out_dir", str(out)], capsys)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "--out_dir" in err, err
+    assert notes.read_text() == "keep me"
+
 
 def test_rerun_prepares_a_split_whose_content_changed_again(shards, tmp_path, capsys):
     """A same-size edit is not 'already prepared': the sha256 is checked and only the changed split is rewritten."""
