@@ -14,7 +14,9 @@ Tokenise C4 `en` (or an offline stand-in corpus) into the flat token files that 
 Splits (paper, Sec. 5): train = the start of C4 `en` train in file order, up to and including the
 document that crosses --train_tokens; val = the first --val_docs (100000) documents of C4 `en`
 validation. The hub is streamed, never downloaded whole. --data_files reads local C4 shards through
-the same `datasets` streaming API (a folder, globs or files; names decide the split).
+the same `datasets` streaming API (a folder, globs or files; names decide the split). A source that ends
+before --val_docs documents (or --train_tokens tokens) gives a shorter split, kept, and one warning line;
+meta.json records the real counts.
 
 Output format (format 1), in --out_dir:
     train.bin, val.bin  raw token ids, no header, np.memmap(path, dtype=meta["dtype"], mode="r").
@@ -619,6 +621,12 @@ def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
         tmp.unlink(missing_ok=True)
         raise
     progress.done()
+    if max_docs is not None and docs < max_docs:
+        print(f"warning: {path.stem}: the source has only {docs:,} documents, fewer than the {max_docs:,} asked for; "
+              f"{path.name} holds them all (meta.json records the count)", file=sys.stderr)
+    if max_tokens is not None and tokens < max_tokens:
+        print(f"warning: {path.stem}: the source has only {tokens:,} tokens, fewer than the {max_tokens:,} asked for; "
+              f"{path.name} holds them all (meta.json records the count)", file=sys.stderr)
     return {"documents": docs, "tokens": tokens, "sha256": sha.hexdigest(), "max_token_id": top}
 
 

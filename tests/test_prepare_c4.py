@@ -437,3 +437,14 @@ def test_rerun_prepares_a_split_whose_content_changed_again(shards, tmp_path, ca
     assert prepare_c4.load_meta(out)["splits"]["val"]["sha256"] == sha256(out / "val.bin")
     prepare_c4.main(args)
     assert "already prepared" in capsys.readouterr().err
+
+
+def test_a_source_shorter_than_asked_for_is_said_once(shards, tmp_path, capsys):
+    out = tmp_path / "out"
+    prepare_c4.main(["--data_files", str(shards), "--tokenizer", "bytes", "--val_docs", "10", "--train_tokens", "1e9",
+                     "--out_dir", str(out), "--num_proc", "1"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(f"warning: val: the source has only {len(VAL)} documents, fewer than the 10 asked for")
+    assert warnings[1].startswith("warning: train: the source has only ") and "1,000,000,000 asked for" in warnings[1]
+    assert prepare_c4.load_meta(out)["splits"]["val"]["documents"] == len(VAL)
