@@ -47,7 +47,8 @@ Conventions (all metrics on the hidden state after each block's residual additio
 Metrics are running sums per layer (and head): memory does not depend on the number of documents.
 One batch holds every layer's (B, H, T, T) attention map: lower --batch_size for large models.
 
-JSON (--json PATH: a file for one model; a folder, one <label>.json per model, for several):
+JSON (--json PATH: a file for one model; a folder, one <label>.json per model, for several; the folder is
+created before any model runs):
   model, kind ('ours' | 'hf'), config (model_args or the Hugging Face config, n_params; ours also
   optimizer, iter_num, dataset), data {dir, split, tokenizer, source, stand_in_for_c4, max_docs,
   documents, positions, predicted_tokens, block_size, bos},
@@ -59,8 +60,8 @@ JSON (--json PATH: a file for one model; a folder, one <label>.json per model, f
   per_head {first_attn_argmax, first_attn_mass, attn_nowhere (and sink_attn_*): M lists of H floats}.
   max_abs is in the units of the hidden state; a NaN is written as null.
 
---plots DIR writes attention_map.png (Fig. 1a), hidden_states.png (Fig. 1b), attention_layers.png
-(Appendix K: mean over heads for the mean over layers, layer 1, L/4 and 3L/4), hidden_layers.png
+--plots DIR (created before any model runs) writes attention_map.png (Fig. 1a), hidden_states.png
+(Fig. 1b), attention_layers.png (Appendix K: mean over heads for the mean over layers, layer 1, L/4 and 3L/4), hidden_layers.png
 (Appendix J: the largest channels for the same layers), layer_progression.png (Appendix I), training_curve.png (Appendix L, from log.jsonl next to each checkpoint) and
 optimizer_basis.png (Appendix E: per-feature norm of the MLP output weight and the per-feature sum of
 the optimizer's second moments from the checkpoint).
@@ -82,6 +83,7 @@ import torch.nn.functional as F
 
 from model import GPT, load_hf
 from prepare_c4 import PrepareError, Progress, iter_documents, load_meta, load_tokenizer, tokenizer_mismatch, write_json
+from train import device_problem
 
 HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
 BUCKET_DOCS = 512        # documents read ahead and sorted by length, so that a batch holds similar lengths
@@ -756,6 +758,27 @@ def plot_optimizer_basis(runs, path):
 
 
 # ----------------------------------------------------------------------------- command line
+def choose_device(spec):
+    """--device: 'auto' is cuda when there is a GPU, else cpu; a device this machine lacks is a one-line ValueError
+    (train.py's check)."""
+    problem = device_problem(spec)
+    if problem:
+        raise ValueError(problem)
+    return ('cuda' if torch.cuda.is_available() else 'cpu') if spec == 'auto' else spec
+
+
+def make_folder(path, option):
+    """Create the output folder of `option` (and its parents), or say in one line why it cannot be made."""
+    path = path or '.'
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{option}: {path} is a file, not a folder; choose another path")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{option}: cannot create the folder {path} ({e.strerror}: {e.filename}); "
+                         f"choose another path") from None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
@@ -790,12 +813,18 @@ def main(argv=None):
                 raise ValueError(f"--ckpt {c}: the folder holds no ckpt.pt (pass best.pt's path for the best checkpoint)")
         if args.json and args.json.endswith('.json') and len(specs) > 1:
             raise ValueError(f"--json {args.json} is one file but {len(specs)} models were given: pass a folder")
-        device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
+        device = choose_device(args.device)
         if args.batch_size is None:
             args.batch_size = 8 if device.startswith('cuda') else 1
         if args.batch_size < 1:
             raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
+        if args.max_docs < 0:
+            raise ValueError(f"--max_docs must be >= 0 (0 = all documents), got {args.max_docs}")
         max_docs = args.max_docs if args.max_docs > 0 else None
+        if args.json:   # the folders exist before any model runs: a bad path costs no analysis
+            make_folder(args.json if not args.json.endswith('.json') else os.path.dirname(args.json), '--json')
+        if args.plots:
+            make_folder(args.plots, '--plots')
         if args.data is not None or args.init_from:
             data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)  # before loading a model
         labels = [run_label(s) for s in specs]
@@ -821,14 +850,11 @@ def main(argv=None):
             print(text_table(header, rows) + '\n')
         if args.json:
             one_file = args.json.endswith('.json')
-            if not one_file:
-                os.makedirs(args.json, exist_ok=True)
             for r, (label, _) in zip(results, examples):
                 path = args.json if one_file else os.path.join(args.json, f'{label}.json')
                 write_json(path, json_safe(r), indent=1)
                 print(f'wrote {path}', file=sys.stderr)
         if args.plots:
-            os.makedirs(args.plots, exist_ok=True)
             d = args.plots
             written = [plot_attention_maps(examples, f'{d}/attention_map.png'),
                        plot_hidden_states(examples, f'{d}/hidden_states.png'),

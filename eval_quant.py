@@ -50,7 +50,8 @@ spec), "label", "kind" ("ours" | "hf"), "config" (as analyze.py: model_args or H
 ...), "quantised_layers": [module names], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
 "seconds": {"full", <scheme>}, "data": {"dir", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
 "predicted_tokens", "block_size", "batch_size", "bos"}}]}; a perplexity that is not finite is null. It is
-rewritten after each model. --table reads such files and prints one Markdown table, a row per model.
+rewritten after each model; its folder is created before the first model runs. --table reads such files and
+prints one Markdown table, a row per model.
 """
 import argparse
 import json
@@ -356,9 +357,13 @@ def main(argv=None):
             raise ValueError(f"checkpoint {missing[0]} not found")
         if args.batch_size < 1 or args.max_docs < 0:
             raise ValueError("--batch_size must be >= 1 and --max_docs >= 0")
+        device = analyze.choose_device(args.device)
+        if args.json:                                     # the folder exists before any model runs
+            if os.path.isdir(args.json):
+                raise ValueError(f"--json {args.json} is a folder; give the path of a file, e.g. {args.json}/quant.json")
+            analyze.make_folder(os.path.dirname(args.json), '--json')
         if args.data is not None or args.init_from:      # fail before loading any model
             analyze.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
-        device = ('cuda' if torch.cuda.is_available() else 'cpu') if args.device == 'auto' else args.device
         models = []
         for spec in specs:
             lm = analyze.load_model(spec, device, args.block_size)

@@ -14,7 +14,9 @@ Tokenise C4 `en` (or an offline stand-in corpus) into the flat token files that 
 Splits (paper, Sec. 5): train = the start of C4 `en` train in file order, up to and including the
 document that crosses --train_tokens; val = the first --val_docs (100000) documents of C4 `en`
 validation. The hub is streamed, never downloaded whole. --data_files reads local C4 shards through
-the same `datasets` streaming API (a folder, globs or files; names decide the split).
+the same `datasets` streaming API (a folder, globs or files; names decide the split). A source that ends
+before --val_docs documents (or --train_tokens tokens) gives a shorter split, kept, and one warning line;
+meta.json records the real counts.
 
 Output format (format 1), in --out_dir:
     train.bin, val.bin  raw token ids, no header, np.memmap(path, dtype=meta["dtype"], mode="r").
@@ -33,9 +35,10 @@ Output format (format 1), in --out_dir:
                         model share a tokenizer: "probe" = the ids of PROBE_TEXT, compared between the two.
 A folder without meta.json is not prepared data: splits are written to SPLIT.bin.tmp and renamed
 when complete, and meta.json is written last. Finished splits are recorded in .progress.json, so
-re-running the same command after an interruption skips them. Re-running with different arguments
-on a folder that holds (some) prepared data is an error: pass --force to overwrite or another
---out_dir.
+re-running the same command after an interruption skips them. Re-running the same command on a
+prepared folder checks each split's sha256 against meta.json and prepares a changed split again.
+Re-running with different arguments on a folder that holds (some) prepared data is an error: pass
+--force to overwrite or another --out_dir.
 
 Tokenizers: gpt2 = GPT-2's BPE, the ids of tiktoken "gpt2" (ordinary text, eot 50256, vocab 50257). Offline
 it is read from a local copy of its ranks file (tiktoken's r50k_base, sha256 R50K_SHA256, checked): the
@@ -618,7 +621,24 @@ def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
         tmp.unlink(missing_ok=True)
         raise
     progress.done()
+    if max_docs is not None and docs < max_docs:
+        print(f"warning: {path.stem}: the source has only {docs:,} documents, fewer than the {max_docs:,} asked for; "
+              f"{path.name} holds them all (meta.json records the count)", file=sys.stderr)
+    if max_tokens is not None and tokens < max_tokens:
+        print(f"warning: {path.stem}: the source has only {tokens:,} tokens, fewer than the {max_tokens:,} asked for; "
+              f"{path.name} holds them all (meta.json records the count)", file=sys.stderr)
     return {"documents": docs, "tokens": tokens, "sha256": sha.hexdigest(), "max_token_id": top}
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in chunks (a progress line every ~2 s on big files)."""
+    sha, size, chunk = hashlib.sha256(), path.stat().st_size, 1 << 26
+    progress = Progress(f"checking sha256 of {path}", target_docs=(size + chunk - 1) // chunk, unit="chunks")
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            sha.update(block)
+            progress.update(progress.docs + 1, 0)
+    return sha.hexdigest()
 
 
 def write_json(path, obj, indent=2):
@@ -729,18 +749,30 @@ def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, 
     """Write both splits and meta.json into out_dir; finished work with the same args is kept.
     limits[split] = (max_tokens, max_docs)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise PrepareError(f"--out_dir {out} is a file, not a folder; choose another --out_dir")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PrepareError(f"cannot create --out_dir {out} ({e.strerror}: {e.filename}); choose another --out_dir") from None
     args = json.loads(json.dumps(args))
     meta_path, progress_path = out / "meta.json", out / ".progress.json"
     old, progress = read_json(meta_path), read_json(progress_path)
     if not force and old.get("args") == args:
         try:
             load_meta(out)
-            print(f"{out}: already prepared with these arguments", file=sys.stderr)
-            return out
+            changed = [s for s in SPLITS if old["splits"][s].get("sha256")
+                       and file_sha256(out / f"{s}.bin") != old["splits"][s]["sha256"]]
         except ValueError as e:
             print(f"{out}: {e}; preparing again", file=sys.stderr)
             old, progress = {}, {}
+        else:
+            if not changed:
+                print(f"{out}: already prepared with these arguments", file=sys.stderr)
+                return out
+            print(f"{out}: the sha256 of {' and '.join(f'{s}.bin' for s in changed)} differs from meta.json's (changed "
+                  f"after it was prepared); preparing it again", file=sys.stderr)
+            progress = {"args": args, "splits": {s: old["splits"][s] for s in SPLITS if s not in changed}}
     if not force:
         for previous in (old.get("args"), progress.get("args") if progress.get("splits") else None):
             if previous is not None and previous != args:

@@ -18,6 +18,7 @@ validation loss stops without writing one. README "Guarantees" lists what a run 
 import contextlib
 import fcntl
 import glob
+import hashlib
 import json
 import math
 import os
@@ -166,19 +167,27 @@ class TrainingError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- distributed / device
-def check_launch(cfg, world):
-    """Checks that need no process group, so that every rank fails alike before torchrun's rendezvous."""
-    device = cfg['device']
+def device_problem(device):
+    """Why `device` cannot run here, as one line, or None: 'auto', 'cpu', 'cuda' and 'cuda:N' of an existing GPU
+    are fine (analyze.py and eval_quant.py check their --device with it too)."""
     if device not in ('auto', 'cpu') and not re.fullmatch(r'cuda(:\d+)?', device):
-        raise TrainingError(f"device={device!r} is not 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        return f"device={device!r} is not 'auto', 'cpu', 'cuda' or 'cuda:N'"
     if device.startswith('cuda'):
         if not torch.cuda.is_available():
             build = 'a CPU-only build' if torch.version.cuda is None else f'built for CUDA {torch.version.cuda}'
-            raise TrainingError(f"device={device!r} but no CUDA GPU is available (torch {torch.__version__} is "
-                                f"{build}); use --device=cpu or --device=auto")
+            return (f"device={device!r} but no CUDA GPU is available (torch {torch.__version__} is {build}); "
+                    f"use --device=cpu or --device=auto")
         index = int(device.partition(':')[2] or 0)
         if 'RANK' not in os.environ and index >= torch.cuda.device_count():
-            raise TrainingError(f"device={device!r} but this machine has {torch.cuda.device_count()} GPU(s)")
+            return f"device={device!r} but this machine has {torch.cuda.device_count()} GPU(s)"
+    return None
+
+
+def check_launch(cfg, world):
+    """Checks that need no process group, so that every rank fails alike before torchrun's rendezvous."""
+    problem = device_problem(cfg['device'])
+    if problem:
+        raise TrainingError(problem)
     if 0 < cfg['divergence_factor'] < 1:
         raise TrainingError(f"divergence_factor={cfg['divergence_factor']} must be 0 (off) or >= 1 "
                             f"(a perplexity ratio to the best so far)")
@@ -288,60 +297,82 @@ SCAN_CHUNK = 1 << 26   # tokens per read when checking a split's token ids
 
 
 def split_max_token(path, meta, split, rank=0, world=1, device='cpu'):
-    """The largest token id of a whole split file. Collective: the ranks read interleaved chunks of 2^26
-    tokens (rank 0 shows progress for big files) and all-reduce the maximum, so no rank waits long for
-    another. The result is cached in <data>/.verified.json under the file's identity (size, mtime,
-    meta.json's sha256), so a file is read once; a read-only data folder is read at every start."""
+    """(largest token id, sha256) of a whole split file. Collective: the ranks read interleaved chunks of 2^26
+    tokens for the maximum and all-reduce it; rank 0 also reads the chunks in between, in order, for the file's
+    sha256 (the other ranks return None for it and wait at the all-reduce) and shows progress for big files.
+    The result is cached in <data>/.verified.json under the file's size and mtime_ns, with the sha256 the file
+    had then, so a file is read once; a read-only data folder is read at every start."""
     st, name = os.stat(path), os.path.basename(path)
-    identity = {'size': st.st_size, 'mtime_ns': st.st_mtime_ns, 'sha256': meta['splits'][split].get('sha256')}
     stamp_path = os.path.join(os.path.dirname(path), '.verified.json')
     stamps = read_json(Path(stamp_path))
     entry = stamps.get(name)
-    cached = isinstance(entry, dict) and {k: entry.get(k) for k in identity} == identity
+    cached = (isinstance(entry, dict) and entry.get('size') == st.st_size and entry.get('mtime_ns') == st.st_mtime_ns
+              and isinstance(entry.get('sha256'), str) and isinstance(entry.get('max_token_id'), int))
     if world > 1:   # one decision for all ranks (another run may write the stamp meanwhile)
         cached = not any_rank(torch.tensor(not cached, device=device))
     if cached:
-        return entry['max_token_id']
-    data, chunk, top = memmap(path, meta), SCAN_CHUNK, 0
-    progress = Progress(f"checking token ids of {path}", target_tokens=len(data), unit='chunks')
-    for i, lo in enumerate(range(rank * chunk, len(data), world * chunk)):
-        top = max(top, int(data[lo:lo + chunk].max()))
-        if rank == 0:
-            progress.update(i + 1, min(lo + world * chunk, len(data)))
+        return entry['max_token_id'], entry['sha256']
+    data, chunk, top, sha = memmap(path, meta), SCAN_CHUNK, 0, hashlib.sha256() if rank == 0 else None
+    progress = Progress(f"checking {path} (token ids, sha256)", target_tokens=len(data), unit='chunks')
+    for i, lo in enumerate(range(0, len(data), chunk)):
+        mine = i % world == rank
+        if not mine and sha is None:
+            continue
+        part = np.asarray(data[lo:lo + chunk])
+        if sha is not None:
+            sha.update(part)
+            progress.update(i + 1, min(lo + chunk, len(data)))
+        if mine:
+            top = max(top, int(part.max()))
     top = int(all_reduce(torch.tensor(top, device=device), dist.ReduceOp.MAX).item())
     if rank == 0 and time.time() - progress.t0 > 2:
         progress.done(f"max id {top}")
-    if rank == 0:
-        stamps[name] = dict(identity, max_token_id=top)
-        try:   # a unique temporary name: runs starting together on one data folder do not collide
-            with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), prefix='.verified.', delete=False) as f:
-                json.dump(stamps, f, indent=1)
-            os.replace(f.name, stamp_path)
-        except OSError:
-            pass
-    return top
+    if rank != 0:
+        return top, None
+    stamps[name] = {'size': st.st_size, 'mtime_ns': st.st_mtime_ns, 'sha256': sha.hexdigest(), 'max_token_id': top}
+    try:   # a unique temporary name: runs starting together on one data folder do not collide
+        with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), prefix='.verified.', delete=False) as f:
+            json.dump(stamps, f, indent=1)
+        os.replace(f.name, stamp_path)
+    except OSError:
+        pass
+    return top, stamps[name]['sha256']
+
+
+def first_token_at_least(path, meta, bound):
+    """The position of the first token id >= bound in a split file (read again, only on the way to an error)."""
+    data = memmap(path, meta)
+    for lo in range(0, len(data), SCAN_CHUNK):
+        hits = np.flatnonzero(np.asarray(data[lo:lo + SCAN_CHUNK]) >= bound)
+        if len(hits):
+            return lo + int(hits[0])
+    return None
 
 
 def verify_tokens(path, meta, split, vocab_size, rank=0, world=1, device='cpu'):
-    """Before the first step: every token id of the split is < vocab_size and the file holds what meta.json
-    says it holds (its max id, where prepare_c4.py recorded one). Collective (see split_max_token): every
-    rank raises the same one-line TrainingError."""
-    top = split_max_token(path, meta, split, rank, world, device)
-    recorded = meta['splits'][split].get('max_token_id')
+    """Before the first step: every token id of the split is < vocab_size, and the file is the one meta.json
+    describes (its sha256 and largest id, where prepare_c4.py recorded them), so that the data identity a
+    checkpoint records (meta.json's) is the file's. An error names the file and, where one exists, the position
+    of the first offending token. Collective (see split_max_token; only rank 0 knows the sha256, and
+    `collectively` gives its error to every rank)."""
+    top, sha = split_max_token(path, meta, split, rank, world, device)
+    recorded = meta['splits'][split]
     redo = prepare_again(os.path.dirname(path), meta.get('args'))
-    if recorded is not None and top != recorded:
-        raise TrainingError(f"{path}: largest token id {top}, but meta.json records {recorded}; the file changed "
-                            f"after it was prepared: {redo}")
     if top >= vocab_size:
-        data, first = memmap(path, meta), None
-        for lo in range(0, len(data), SCAN_CHUNK):
-            hits = np.flatnonzero(np.asarray(data[lo:lo + SCAN_CHUNK]) >= vocab_size)
-            if len(hits):
-                first = lo + int(hits[0])
-                break
         raise TrainingError(f"{path} holds token id {top} >= vocab_size {vocab_size} (first such id at token "
-                            f"{first:,}); the file does not match meta.json (tokenizer {meta.get('tokenizer')!r}, "
-                            f"vocab_size {meta['vocab_size']}): {redo}")
+                            f"{first_token_at_least(path, meta, vocab_size):,}); the file does not match meta.json "
+                            f"(tokenizer {meta.get('tokenizer')!r}, vocab_size {meta['vocab_size']}): {redo}")
+    largest = recorded.get('max_token_id')
+    if largest is not None and top > largest:
+        raise TrainingError(f"{path}: largest token id {top}, but meta.json records {largest} (first larger id at "
+                            f"token {first_token_at_least(path, meta, largest + 1):,}); the file changed after it "
+                            f"was prepared: {redo}")
+    if sha is not None and recorded.get('sha256') and sha != recorded['sha256']:
+        raise TrainingError(f"{path} no longer matches meta.json (sha256 {sha[:12]}..., meta.json records "
+                            f"{recorded['sha256'][:12]}...); the file changed after it was prepared: {redo}")
+    if largest is not None and top != largest:
+        raise TrainingError(f"{path}: largest token id {top}, but meta.json records {largest}; the file changed "
+                            f"after it was prepared: {redo}")
 
 
 _starts = {}
@@ -558,6 +589,20 @@ def check_resume(cfg, ckpt, meta):
 
 
 # ----------------------------------------------------------------------------- out_dir and checkpoints
+def check_out_dir(out_dir):
+    """Before anything is read or written: out_dir, or the nearest folder above it that exists (where it will be
+    made), is a folder this process may write to. claim_out_dir catches what this cannot see (e.g. root on a
+    read-only folder)."""
+    existing = os.path.abspath(out_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise TrainingError(f"out_dir={out_dir!r}: {existing} is a file, not a folder; choose another --out_dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise TrainingError(f"cannot write to out_dir={out_dir!r} ({existing}: no write permission for this user); "
+                            f"choose a writable --out_dir")
+
+
 def lock_out_dir(out_dir):
     """Hold an exclusive flock on out_dir/.lock for the life of the run; the file names the holder. The
     kernel releases it when the process ends, however it ends, so a killed run never blocks the next."""
@@ -615,24 +660,29 @@ def save_checkpoint(path, ckpt):
     fsync_dir(path)
 
 
-def keep_as_best(ckpt_path, best_path):
-    """best.pt := the checkpoint just written to ckpt_path, atomically: a hard link (no copy; ckpt.pt is only
-    ever replaced by a rename, which leaves best.pt's file alone), or a copy where links are unsupported."""
-    tmp = f"{best_path}.tmp"
-    try:
-        os.link(ckpt_path, tmp)
-    except OSError:
-        with open(ckpt_path, 'rb') as src, open(tmp, 'wb') as dst:
-            while chunk := src.read(1 << 24):
-                dst.write(chunk)
-            dst.flush()
-            os.fsync(dst.fileno())
-    os.replace(tmp, best_path)
-    fsync_dir(best_path)
+def open_log(path):
+    """log.jsonl, opened for appending. A run killed mid-write can leave a torn last line; a newline ends it
+    first, so the next event is a line of its own (readers skip the torn one)."""
+    f = open(path, 'a')
+    if f.tell() > 0:
+        with open(path, 'rb') as tail:
+            tail.seek(-1, os.SEEK_END)
+            if tail.read(1) != b'\n':
+                f.write('\n')
+    return f
+
+
+def only_best(ckpt_path, best_path):
+    """What to do with an out_dir that holds best.pt but no ckpt.pt (ckpt.pt was deleted or moved)."""
+    return (f"{os.path.dirname(ckpt_path) or '.'} holds best.pt but no ckpt.pt; to continue from (or evaluate) the best "
+            f"checkpoint: cp {best_path} {ckpt_path}, then --init_from=resume; or choose another --out_dir")
 
 
 def load_checkpoint(path):
     if not os.path.isfile(path):
+        best = os.path.join(os.path.dirname(path), 'best.pt')
+        if os.path.isfile(best):
+            raise TrainingError(only_best(path, best))
         raise TrainingError(f"no checkpoint at {path} to resume or evaluate; train with --init_from=scratch first")
     try:
         ckpt = torch.load(path, map_location='cpu', weights_only=False)
@@ -713,12 +763,15 @@ def open_run(cfg, ckpt_path, best_path):
     if cfg['init_from'] not in INIT_FROM[:3] and not (cfg['init_from'].startswith('hf:') and len(cfg['init_from']) > 3):
         raise TrainingError(f"config key 'init_from' must be one of {', '.join(map(repr, INIT_FROM))}, "
                             f"got {cfg['init_from']!r}")
+    if not cfg['eval_only']:
+        check_out_dir(cfg['out_dir'])
     if cfg['init_from'] == 'auto':   # resume when out_dir holds a checkpoint, else start from scratch
         cfg['init_from'] = 'resume' if os.path.exists(ckpt_path) else 'scratch'
     if cfg['init_from'] == 'scratch' and not cfg['eval_only']:
-        for path in (ckpt_path, best_path):
-            if os.path.exists(path):
-                raise TrainingError(f"{path} exists; continue the run with --init_from=resume, or choose another --out_dir")
+        if os.path.exists(ckpt_path):
+            raise TrainingError(f"{ckpt_path} exists; continue the run with --init_from=resume, or choose another --out_dir")
+        if os.path.exists(best_path):
+            raise TrainingError(only_best(ckpt_path, best_path))
     meta, paths = open_data(cfg)
     pretrained = public_model(cfg, meta) if cfg['init_from'].startswith('hf:') else None
     resume = cfg['init_from'] == 'resume' or (pretrained is not None and os.path.exists(ckpt_path))
@@ -755,15 +808,19 @@ def claim_out_dir(cfg, ckpt_path, seen):
     meanwhile, leftovers of killed saves, config.json. Returns the lock's file descriptor (None: eval_only)."""
     if cfg['eval_only']:
         return None
-    fd = lock_out_dir(cfg['out_dir'])
     try:
-        if file_state(ckpt_path) != seen:
-            raise TrainingError(f"{ckpt_path} changed while this run was starting (another run wrote it); start again")
-        remove_leftovers(cfg['out_dir'])
-        save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
-    except BaseException:
-        os.close(fd)
-        raise
+        fd = lock_out_dir(cfg['out_dir'])
+        try:
+            if file_state(ckpt_path) != seen:
+                raise TrainingError(f"{ckpt_path} changed while this run was starting (another run wrote it); start again")
+            remove_leftovers(cfg['out_dir'])
+            save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
+        except BaseException:
+            os.close(fd)
+            raise
+    except OSError as e:   # e.g. a read-only folder or filesystem
+        raise TrainingError(f"cannot write to out_dir={cfg['out_dir']!r} ({e.filename}: {e.strerror}); "
+                            f"choose a writable --out_dir") from None
     return fd
 
 
@@ -837,7 +894,8 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
                 else contextlib.nullcontext())
 
     def checkpoint(best):
-        """ckpt.pt := this state; with best, best.pt too (ckpt.pt first: a kill in between leaves both valid)."""
+        """ckpt.pt := this state; with best, best.pt too, as a file of its own (ckpt.pt first: a kill in between
+        leaves both valid)."""
         states = [None] * world
         if world > 1:
             dist.all_gather_object(states, rng_state(device_type))
@@ -846,16 +904,17 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
         if not all(torch.isfinite(p).all() for p in raw_model.parameters()):   # same weights on every rank
             raise TrainingError("non-finite weights; not overwriting the last good checkpoint")
         if master:
-            save_checkpoint(ckpt_path, {
+            contents = {
                 'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
                 'model_args': model_args, 'iter_num': iter_num, 'best_val_loss': best_val_loss, 'config': cfg,
                 'bos': meta['eot_token'] if cfg['windows'] == 'document' else None,
                 'tokenizer': meta.get('tokenizer_info'), 'rng': states,
-                'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num, 'identity': data_identity(meta)}})
-            if best:
-                keep_as_best(ckpt_path, best_path)
+                'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num, 'identity': data_identity(meta)}}
+            save_checkpoint(ckpt_path, contents)
+            if best:   # not a link to ckpt.pt: a write into one file (a cp onto it, a truncation) leaves the other
+                save_checkpoint(best_path, contents)
 
-    log_file = cleanup.enter_context(open(os.path.join(cfg['out_dir'], 'log.jsonl'), 'a')) if master and not cfg['eval_only'] else None
+    log_file = cleanup.enter_context(open_log(os.path.join(cfg['out_dir'], 'log.jsonl'))) if master and not cfg['eval_only'] else None
     wandb = None
     if master and cfg['wandb_log']:
         try:

@@ -419,14 +419,27 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     (['--ckpt', '{ckpt}', '--data', 'no/such/data'], 'not a prepared dataset'),
     (['--ckpt', '{ckpt}', '{ckpt}', '--json', 'x.json'], 'pass a folder'),
     (['--table', '{ckpt}'], 'not an analyze.py JSON file'),
+    (['--ckpt', '{ckpt}', '--max_docs', '-5'], '--max_docs must be >= 0 (0 = all documents), got -5'),
+    (['--ckpt', '{ckpt}', '--plots', '{ckpt}'], 'is a file, not a folder'),
+    (['--ckpt', '{ckpt}', '--json', '{ckpt}/sub/x.json'], '--json: cannot create the folder'),
+    pytest.param(['--ckpt', '{ckpt}', '--device', 'cuda'], "device='cuda' but no CUDA GPU is available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason='checks the error without a GPU')),
 ])
-def test_cli_errors_are_one_line(args, message, docs_dir, tmp_path):
+def test_cli_errors_are_one_line(args, message, docs_dir, tmp_path, monkeypatch):
     ckpt = write_checkpoint(str(tmp_path / 'r'))
     (tmp_path / 'empty').mkdir()
     args = [x.format(ckpt=ckpt, empty=tmp_path / 'empty') for x in args] + (['--data', docs_dir] if '--data' not in args else [])
+    monkeypatch.setattr(analyze, 'analyze', lambda *a: pytest.fail('a refused command analysed a model'))
     with pytest.raises(SystemExit) as e:
         analyze.main(args)
     assert message in str(e.value) and '\n' not in str(e.value) and str(e.value).startswith('analyze.py: error')
+
+
+def test_json_folder_is_created(docs_dir, tmp_path):
+    a = write_checkpoint(str(tmp_path / 'r'))
+    path = tmp_path / 'new' / 'deeper' / 'x.json'
+    analyze.main(['--ckpt', a, '--data', docs_dir, '--max_docs', '3', '--json', str(path)])
+    assert json.loads(path.read_text())['model'] == a
 
 
 def test_sink_token_model_measures_real_tokens_and_reports_the_sink_apart(docs_dir):

@@ -322,11 +322,23 @@ def test_cli_table_json_and_markdown(trained, data, tmp_path, capsys):
     (['--data', 'no/such/dir'], 'is not a prepared dataset'),
     (['--table', 'missing.json'], 'no such file'),
     (['--table', os.path.join(os.path.dirname(__file__), 'conftest.py')], 'is not an eval_quant.py JSON file'),
+    (['--json', os.path.join(os.path.dirname(__file__), 'conftest.py', 'q.json')], 'conftest.py is a file, not a folder'),
+    (['--json', os.path.dirname(__file__)], 'is a folder; give the path of a file'),
+    pytest.param(['--device', 'cuda'], "device='cuda' but no CUDA GPU is available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason='checks the error without a GPU')),
 ])
-def test_cli_errors_are_one_line(trained, data, tmp_path, args, message):
+def test_cli_errors_are_one_line(trained, data, tmp_path, args, message, monkeypatch):
     ckpt = save_checkpoint(trained, str(tmp_path / 'ckpt.pt'))
     base = ['--ckpt', ckpt, '--data', data, '--max_docs', '4']
+    monkeypatch.setattr(eq, 'perplexity', lambda *a: pytest.fail('a refused command evaluated a model'))
     with pytest.raises(SystemExit) as e:
         eq.main(base + args)
     assert str(e.value).startswith('eval_quant.py: error: ') and message in str(e.value)
     assert '\n' not in str(e.value)
+
+
+def test_json_folder_is_created_before_the_model_runs(trained, data, tmp_path):
+    ckpt = save_checkpoint(trained, str(tmp_path / 'ckpt.pt'))
+    path = tmp_path / 'new' / 'deeper' / 'q.json'
+    eq.main(['--ckpt', ckpt, '--data', data, '--max_docs', '4', '--schemes', 'moderate', '--json', str(path)])
+    assert json.loads(path.read_text())['models'][0]['model'] == ckpt

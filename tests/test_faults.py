@@ -1,9 +1,12 @@
 """Fault injection on train.py (CPU, a few seconds each): SIGKILL at random moments, corrupt checkpoints, bad
-token ids, a diverging run, two runs on one out_dir. README "Guarantees" names these tests."""
+token ids, a diverging run, two runs on one out_dir, and the paths and files a new user gets wrong (an out_dir
+that is a file or read-only, edited data, only best.pt, a torn log line). README "Guarantees" names these tests."""
 import glob
+import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -164,3 +167,149 @@ def test_two_runs_on_one_out_dir(bigram_data, tmp_path, capsys):
     it = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num']
     code, stdout, err = cli(capsys, *args, f'--max_iters={it + 1}')        # the lock went with the process
     assert code == 0, err
+
+
+# ----------------------------------------------------------------------------- what a new user runs into (issue 21)
+def test_out_dir_that_is_a_file_is_one_line(bigram_data, tmp_path, capsys):
+    notes = tmp_path / 'notes.txt'
+    notes.write_text('keep me')
+    for out in (notes, notes / 'run'):
+        code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2')
+        assert code == 2 and err.count('\n') == 1 and f'{notes} is a file, not a folder' in err, err
+    assert notes.read_text() == 'keep me'
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason='root writes through file modes; '
+                    'test_out_dir_that_cannot_be_written_is_one_line checks the error as root')
+def test_out_dir_without_write_permission_is_one_line(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2', '--eval_interval=1']
+    assert cli(capsys, *args)[0] == 0
+    before = snapshot(out)
+    os.chmod(out, 0o555)
+    os.chmod(tmp_path, 0o555)
+    try:
+        for extra in (['--init_from=resume', '--max_iters=4'], [f'--out_dir={tmp_path / "fresh"}']):
+            code, _, err = cli(capsys, *args, *extra)
+            assert code == 2 and err.count('\n') == 1 and 'cannot write to out_dir' in err, err
+    finally:
+        os.chmod(tmp_path, 0o755)
+        os.chmod(out, 0o755)
+    assert snapshot(out) == before and not os.path.exists(tmp_path / 'fresh')
+
+
+def test_out_dir_that_cannot_be_written_is_one_line(bigram_data, tmp_path, capsys, monkeypatch):
+    """The same error for root, whom file modes do not stop: a folder the kernel refuses to make (under /sys),
+    and a resume whose out_dir refuses every file (os.open denied there)."""
+    args = [f'--dataset={bigram_data}', *SMALL, '--max_iters=2', '--eval_interval=1']
+    if os.path.isdir('/sys/kernel'):
+        code, _, err = cli(capsys, *args, '--out_dir=/sys/kernel/no_such_run')
+        assert code == 2 and err.count('\n') == 1 and 'cannot write to out_dir' in err, err
+    out = str(tmp_path / 'run')
+    assert cli(capsys, *args, f'--out_dir={out}')[0] == 0
+    before = snapshot(out)
+    real_open = os.open
+
+    def denied(path, *a, **kw):
+        if os.path.abspath(path).startswith(out):
+            raise PermissionError(13, 'Permission denied', path)
+        return real_open(path, *a, **kw)
+    monkeypatch.setattr(os, 'open', denied)
+    code, _, err = cli(capsys, *args, f'--out_dir={out}', '--init_from=resume', '--max_iters=4')
+    monkeypatch.undo()
+    assert code == 2 and err.count('\n') == 1 and 'cannot write to out_dir' in err and '.lock' in err, err
+    assert snapshot(out) == before
+
+
+def hashed(data, **recorded):
+    """A dataset whose meta.json records each split's sha256, as prepare_c4.py writes it (and `recorded` keys)."""
+    meta = json.load(open(os.path.join(data, 'meta.json')))
+    for split in ('train', 'val'):
+        content = open(os.path.join(data, f'{split}.bin'), 'rb').read()
+        meta['splits'][split].update(sha256=hashlib.sha256(content).hexdigest(), **recorded)
+    with open(os.path.join(data, 'meta.json'), 'w') as f:
+        json.dump(meta, f)
+    return data
+
+
+def test_a_same_size_edit_of_the_data_is_refused_fresh_and_on_resume(tmp_path, capsys):
+    data = hashed(write_dataset(str(tmp_path / 'data'), n_train=20_000, n_val=4_000))
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={data}', *SMALL, '--max_iters=2', '--eval_interval=1']
+    assert cli(capsys, *args, f'--out_dir={out}')[0] == 0
+    val = os.path.join(data, 'val.bin')
+    ckpt = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)
+    assert ckpt['data']['identity']['val_sha256'] == hashlib.sha256(open(val, 'rb').read()).hexdigest()
+    ids = np.fromfile(val, dtype=np.uint16)
+    ids[:2000] = ids[2000:4000]                               # 2,000 tokens overwritten: same size, valid ids
+    ids.tofile(val)
+    before = snapshot(out)
+    for extra in ([f'--out_dir={out}', '--init_from=resume', '--max_iters=4'], [f'--out_dir={tmp_path / "fresh"}']):
+        code, stdout, err = cli(capsys, *args, *extra)
+        assert code == 2 and err.count('\n') == 1, err
+        assert f'{val} no longer matches meta.json' in err and 'prepare it again' in err and 'iter ' not in stdout
+    assert snapshot(out) == before and not os.path.exists(tmp_path / 'fresh')
+    stamp = json.load(open(os.path.join(data, '.verified.json')))['val.bin']   # what the file is, not meta.json's claim
+    assert stamp['sha256'] == hashlib.sha256(open(val, 'rb').read()).hexdigest()
+
+
+@pytest.mark.parametrize('bad_id, message', [(69, 'token id 69 >= vocab_size 64 (first such id at token 17,171)'),
+                                             (62, 'meta.json records 61 (first larger id at token 17,171)')])
+def test_a_bad_id_under_a_stale_meta_json_is_named_with_its_position(tmp_path, capsys, bad_id, message):
+    data = write_dataset(str(tmp_path / 'data'), vocab_size=64, n_train=20_000, n_val=4_000)
+    path = os.path.join(data, 'train.bin')
+    ids = np.fromfile(path, dtype=np.uint16)
+    ids[ids > 61] = 61                                         # the data as prepared: ids up to 61
+    ids.tofile(path)
+    hashed(data, max_token_id=61)
+    ids[17_171] = bad_id                                       # changed after meta.json was written
+    ids.tofile(path)
+    code, _, err = cli(capsys, f'--dataset={data}', f'--out_dir={tmp_path / "run"}', *SMALL, '--max_iters=2')
+    assert code == 2 and err.count('\n') == 1 and path in err and message in err, err
+
+
+def test_best_pt_is_a_file_of_its_own(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    assert cli(capsys, f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2',
+               '--eval_interval=1')[0] == 0
+    ckpt, best = os.path.join(out, 'ckpt.pt'), os.path.join(out, 'best.pt')
+    assert os.stat(best).st_nlink == 1 and not os.path.samefile(ckpt, best)
+    kept = open(best, 'rb').read()
+    with open(ckpt, 'r+b') as f:                              # an in-place write into ckpt.pt
+        f.truncate(0)
+    assert open(best, 'rb').read() == kept and torch.load(best, weights_only=False)['iter_num'] == 2
+
+
+def test_a_folder_with_only_best_pt_says_how_to_continue_from_it(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--eval_interval=1']
+    assert cli(capsys, *args, '--max_iters=2')[0] == 0
+    ckpt, best = os.path.join(out, 'ckpt.pt'), os.path.join(out, 'best.pt')
+    os.remove(ckpt)
+    for extra in ('--init_from=scratch', '--init_from=auto', '--init_from=resume', '--eval_only=True'):
+        code, _, err = cli(capsys, *args, '--max_iters=4', extra)
+        assert code == 2 and err.count('\n') == 1, (extra, err)
+        assert f'holds best.pt but no ckpt.pt' in err and f'cp {best} {ckpt}, then --init_from=resume' in err, err
+    shutil.copy(best, ckpt)                                     # the advice, followed
+    code, _, err = cli(capsys, *args, '--max_iters=4', '--init_from=resume')
+    assert code == 0, err
+
+
+def test_a_torn_last_log_line_is_ended_before_the_next_event(bigram_data, tmp_path, capsys):
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--eval_interval=2']
+    assert cli(capsys, *args, '--max_iters=2')[0] == 0
+    torn = '{"event": "train", "iter": 3, "lo'                 # a run killed while writing this line
+    with open(os.path.join(out, 'log.jsonl'), 'a') as f:
+        f.write(torn)
+    assert cli(capsys, *args, '--max_iters=4', '--init_from=resume')[0] == 0
+    lines = open(os.path.join(out, 'log.jsonl')).read().splitlines()
+    assert lines[-1].startswith('{') and lines.count(torn) == 1
+    events, unreadable = [], []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            unreadable.append(line)
+    assert unreadable == [torn]
+    assert [e['iter'] for e in events if e['event'] == 'train'] == [1, 2, 3, 4]

@@ -409,3 +409,42 @@ def test_prepare_command_for_the_synthetic_task_only_when_the_command_line_can_m
     assert prepare_c4.prepare_command(args, "d") == "python prepare_c4.py --source bigram_backcopy --val_docs 200 --out_dir d"
     assert prepare_c4.prepare_command(dict(args, triggers=3), "d") is None      # made from Python: no such flag
     assert prepare_c4.prepare_command({}, "d") is None
+
+
+def test_out_dir_that_is_a_file_is_refused_in_one_line(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    for out in (notes, notes / "data"):
+        code, err = run_main(["--source", "bigram_backcopy", "--out_dir", str(out)], capsys)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "--out_dir" in err, err
+    assert notes.read_text() == "keep me"
+
+
+def test_rerun_prepares_a_split_whose_content_changed_again(shards, tmp_path, capsys):
+    """A same-size edit is not 'already prepared': the sha256 is checked and only the changed split is rewritten."""
+    out = tmp_path / "out"
+    args = ["--data_files", str(shards), "--tokenizer", "bytes", "--out_dir", str(out), "--num_proc", "1"]
+    prepare_c4.main(args)
+    good, train_mtime = (out / "val.bin").read_bytes(), (out / "train.bin").stat().st_mtime_ns
+    ids = np.frombuffer(good, dtype=np.uint16).copy()
+    ids[:20] = ids[20:40]                                    # same size, other content
+    (out / "val.bin").write_bytes(ids.tobytes())
+    capsys.readouterr()
+    prepare_c4.main(args)
+    err = capsys.readouterr().err
+    assert "the sha256 of val.bin differs from meta.json's" in err and "already prepared" not in err, err
+    assert (out / "val.bin").read_bytes() == good and (out / "train.bin").stat().st_mtime_ns == train_mtime
+    assert prepare_c4.load_meta(out)["splits"]["val"]["sha256"] == sha256(out / "val.bin")
+    prepare_c4.main(args)
+    assert "already prepared" in capsys.readouterr().err
+
+
+def test_a_source_shorter_than_asked_for_is_said_once(shards, tmp_path, capsys):
+    out = tmp_path / "out"
+    prepare_c4.main(["--data_files", str(shards), "--tokenizer", "bytes", "--val_docs", "10", "--train_tokens", "1e9",
+                     "--out_dir", str(out), "--num_proc", "1"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(f"warning: val: the source has only {len(VAL)} documents, fewer than the 10 asked for")
+    assert warnings[1].startswith("warning: train: the source has only ") and "1,000,000,000 asked for" in warnings[1]
+    assert prepare_c4.load_meta(out)["splits"]["val"]["documents"] == len(VAL)
