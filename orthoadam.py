@@ -38,6 +38,7 @@ Usage:
 import hashlib
 import math
 import re
+import sys
 
 import torch
 
@@ -45,6 +46,7 @@ HADAMARD_BLOCK = 64  # largest Sylvester block applied in one matmul: smaller bl
 MERGE_LIMIT = 256  # largest dense block H_{2^j} ⊗ R_m holding an axis' odd factor m (a larger m stands alone)
 BUCKET_NUMEL = 1 << 24  # same-shaped parameters are rotated as one stack of at most this many elements
 FUSED_ADAM_DEVICES = ("cpu", "cuda")  # devices where torch._fused_adam_ does the moment update in one kernel
+KERNEL_DEVICES = ("cuda",)  # devices where orthoadam_kernel.py does a parameter's whole step in one Triton kernel
 ROTATIONS = ("hadamard", "haar", "identity")
 AXES = ("all", "residual", "none")
 
@@ -173,6 +175,7 @@ class OrthoAdam(torch.optim.Optimizer):
         self._factors = {}  # (Q seeds, axes, rotation, shape, device) -> rotate()'s factors; rebuilt lazily, never saved
         self._hadamards = {}  # (size, device) -> Sylvester block shared by all parameters
         self._buffers = {}  # device -> two fp32 workspace buffers (see _workspace)
+        self._kernel_failed = False  # orthoadam_kernel could not compile here: the stacked path for every parameter
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, rotation=rotation,
                         axes=axes, residual_dim=residual_dim, skip_axes=skip_axes)
         super().__init__(params, defaults)
@@ -195,7 +198,7 @@ class OrthoAdam(torch.optim.Optimizer):
 
     def __setstate__(self, state):
         super().__setstate__(state)  # also runs in load_state_dict: factors follow the loaded q_seed
-        self._factors, self._hadamards, self._buffers = {}, {}, {}
+        self._factors, self._hadamards, self._buffers, self._kernel_failed = {}, {}, {}, False
 
     def load_state_dict(self, state_dict):
         super().load_state_dict(state_dict)  # this casts every state tensor to its param's dtype...
@@ -302,7 +305,10 @@ class OrthoAdam(torch.optim.Optimizer):
             stacks.setdefault((tuple(p.shape), rotated, p.device), []).append((p, q_seed))
         if not stacks:
             return
-        if wd != 0:  # decoupled, on the parameter before the step: p·(1 - lr·wd) - lr·s
+        for key in [k for k in stacks if k[1] and k[2].type in KERNEL_DEVICES]:   # one fused kernel per parameter
+            if self._kernel_steps(stacks[key], group, key[1]):
+                del stacks[key]
+        if wd != 0 and stacks:  # decoupled, on the parameter before the step: p·(1 - lr·wd) - lr·s
             torch._foreach_mul_([p for stack in stacks.values() for p, _ in stack], 1 - lr * wd)
         for (shape, rotated, device), stack in stacks.items():
             numel = max(1, math.prod(shape))
@@ -314,6 +320,41 @@ class OrthoAdam(torch.optim.Optimizer):
                     self._stack_step([p[rows] for p in ps], [p.grad[rows] for p in ps],
                                      *([self.state[p][k][rows] for p in ps] for k in ("exp_avg", "exp_avg_sq")),
                                      [self.state[p]["step"] for p in ps], group, factors)
+
+    def _kernel_steps(self, stack, group, rotated):
+        """orthoadam_kernel's step for each parameter of a stack, when the kernel can take them all; False (and
+        nothing done) otherwise."""
+        try:
+            import orthoadam_kernel
+        except ImportError:  # no Triton
+            return False
+        ps, seeds = zip(*stack)
+        if not all(p.grad.shape == p.shape for p in ps):
+            return False
+        factors = self._stack_factors(ps, group, seeds, rotated)
+        signs, mats = factors[rotated[0]]
+        how = orthoadam_kernel.plan(ps[0], rotated, factors[rotated[0]])
+        if how is None or signs is None or not all(p.is_contiguous() for p in ps):
+            return False
+        if self._kernel_failed:
+            return False
+        beta1, beta2 = group["betas"]
+        for i, p in enumerate(ps):
+            state = self.state[p]
+            try:
+                orthoadam_kernel.step(how, p, p.grad, state["exp_avg"], state["exp_avg_sq"], signs[i],
+                                      [m if m.dim() == 2 else m[i] for m in mats], lr=group["lr"],
+                                      betas=(beta1, beta2), eps=group["eps"], weight_decay=group["weight_decay"],
+                                      t=state["step"])
+            except Exception as e:  # Triton compiles at the first launch, before anything is written
+                if i:
+                    raise
+                print(f"warning: OrthoAdam's fused Triton step cannot run here ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:200] if str(e) else ''}); using the stacked-matmul path",
+                      file=sys.stderr, flush=True)
+                self._kernel_failed = True
+                return False
+        return True
 
     def _workspace(self, n, device):
         """Two fp32 buffers of at least n elements on device, reused by every stack (CPU: by every step)."""

@@ -7,6 +7,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+if not __import__('torch').cuda.is_available():
+    # the Triton kernels (flash_sink.py, orthoadam_kernel.py) run in Triton's interpreter on the CPU; it must be
+    # chosen before they are defined, i.e. before either module is imported
+    os.environ.setdefault('TRITON_INTERPRET', '1')
 
 
 def write_dataset(path, vocab_size=64, n_train=60_000, n_val=8_000, dtype='uint16', seed=0):
