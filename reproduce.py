@@ -1,6 +1,7 @@
 """Reproduce the paper's tables: train every row (train.py / torchrun), analyze it, quantise it, render the table.
 
     python reproduce.py table5 table2 --scale mini --jobs 2    # the CPU miniature (Bigram-Backcopy task)
+    python reproduce.py table2 --scale gpu --rows gpt2_60m     # one H100: Table 2's 60M rows in ~15 minutes
     python reproduce.py table2 table3 --nproc 8                # paper scale: each run on 8 GPUs, one at a time
     python reproduce.py table5 --jobs 8                        # paper scale: 8 single-GPU runs at once
     python reproduce.py table5 --rows orthoadam sgd            # only rows whose config name contains a word
@@ -12,7 +13,9 @@ mitigations (ours: the paper's fixes beside other published ones, config/mitigat
 config file in config/<table>/ (shared settings live in the files they include); the paper's published
 numbers sit in TABLES below and are printed beside ours.
 
-Scales: `paper` runs the config files as written (C4, GPUs). `mini` and `smoke` shrink every row the
+Scales: `paper` runs the config files as written (C4, GPUs). `gpu` fits each table into about an hour of one
+H100 (SCALES['gpu'] says how; the data, tokens per run and expected wall time are printed before anything
+runs). `mini` and `smoke` shrink every row the
 same way, keeping each row's differences: n_layer and the number of heads are multiplied by `depth`
 and `width` (head size kept), block_size by `seq`, and a row trains `iters` iterations times its
 schedule factor (8 for the SGD rows of Table 5, as in the paper), all with warmup `warmup` x `iters`. Scale
@@ -41,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
-from prepare_c4 import duration, load_meta, prepare_bigram_backcopy, write_json
+from prepare_c4 import PrepareError, duration, load_meta, prepare_bigram_backcopy, prepare_offline, write_json
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -58,6 +61,24 @@ class Scale:
     overrides: dict = field(default_factory=dict)
     max_docs: int = 100_000        # validation documents for analyze.py and eval_quant.py
     batch_size: int = 8            # their batch size
+    row_overrides: object = None   # (table, resolved row config) -> extra overrides, or None: not run at this scale
+    datasets: tuple = ()           # the first of these that is prepared replaces overrides['dataset']
+    expected: bool = False         # print the expected wall time on one H100 before running
+
+
+GPU_SHAPE = dict(n_layer=10, n_head=8, n_embd=512)   # config/gpt2_60m.py
+
+
+def gpu_rows(table, cfg):
+    """The gpu scale of one row (see SCALES['gpu']): None for rows it leaves out, else its overrides."""
+    shaped = table in ('table5', 'mitigations')
+    if not shaped and cfg['n_embd'] > 768:
+        return None                                        # 350M and 1.4B rows
+    iters = 1500 if shaped else 3200 if cfg["n_embd"] <= 512 else 2000
+    out = dict(GPU_SHAPE) if shaped else {}
+    out.update(batch_size=128 * 256 // cfg['block_size'], max_iters=iters, warmup_iters=round(0.06 * iters),
+               lr_decay_iters=0, eval_interval=iters // 10, log_interval=iters // 20)
+    return out
 
 
 SCALES = {
@@ -69,6 +90,17 @@ SCALES = {
         overrides=dict(dataset='bigram_backcopy', windows='document', batch_size=32, gradient_accumulation_steps=1,
                        compile=False, eval_tokens=32_768, device='cpu'),
         max_docs=200, batch_size=50),
+    'gpu': Scale(
+        "one H100: the rows of up to 130M parameters at their own shapes (Tables 2, 3 and 6; the 350M and 1.4B "
+        "rows are left out), Table 5 and the mitigations at the 60M shape (10 layers, 8 heads of 64); 32,768 "
+        "tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 3,200 steps at 60M (105 M tokens), "
+        "2,000 at 130M (66 M), 1,500 for Table 5 and the mitigations (49 M; SGD rows 8x); 6% warmup; windows "
+        "start at documents (an end-of-text token at position 0); C4 when data/c4 is prepared, else the offline "
+        "corpus in GPT-2's vocabulary (data/offline_gpt2, NOT C4)",
+        row_overrides=gpu_rows, datasets=('c4', 'offline_gpt2'), expected=True,
+        overrides=dict(dataset='offline_gpt2', windows='document', gradient_accumulation_steps=1,
+                       eval_tokens=131_072, compile=True),
+        max_docs=300, batch_size=8),
     'smoke': Scale(
         "seconds, for the tests: 1 layer, 1 head of 64, sequences of 16, 4 iterations",
         depth=0.01, width=0.01, seq=1 / 16, iters=4, warmup=0.25,
@@ -81,9 +113,15 @@ NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'always_sav
                 'wandb_log', 'wandb_project', 'wandb_run_name', 'compile', 'device')
 
 
-def scaled_overrides(cfg, scale: Scale, steps: int):
-    """--key=value items that shrink one row's resolved config `cfg` to `scale` (nothing for paper)."""
+def scaled_overrides(cfg, scale: Scale, steps: int, table=None):
+    """--key=value items that shrink one row's resolved config `cfg` to `scale` (nothing for paper); None when
+    the scale leaves the row out."""
     out = dict(scale.overrides)
+    if scale.row_overrides is not None:
+        extra = scale.row_overrides(table, cfg)
+        if extra is None:
+            return None
+        out.update(extra, max_iters=extra['max_iters'] * steps)
     if scale.depth != 1 or scale.width != 1:
         head = cfg['n_embd'] // cfg['n_head']
         n_head = max(1, round(cfg['n_head'] * scale.width))
@@ -283,13 +321,17 @@ def existing_runs(out):
 def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
     """The runs the tables need, one per distinct training config, in table order. A row whose training
     config matches a run already in <out>/runs (trained for another table) uses that run."""
-    runs, by_identity, existing = [], {}, existing_runs(out)
+    runs, by_identity, existing, left_out = [], {}, existing_runs(out), {}
     for name in tables:
         for row in TABLES[name].rows:
             if row_filter and not any(word in row.config for word in row_filter):
                 continue
             base = resolve(row.config, [])
-            overrides = scaled_overrides(base, scale, row.steps) + ([f'--dataset={dataset}'] if dataset else [])
+            overrides = scaled_overrides(base, scale, row.steps, name)
+            if overrides is None:
+                left_out.setdefault(name, []).append(row.config)
+                continue
+            overrides += [f'--dataset={dataset}'] if dataset else []
             run_name = row.config.replace('/', '-')
             run = Run(run_name, row.config, overrides, resolve(row.config, overrides))
             key = identity_key(run.identity)
@@ -304,8 +346,10 @@ def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
                 runs.append(run)
             run.quant |= any(c[1] == 'quant' for c in TABLES[name].columns)
             run.rows.append((name, row))
+    for name, configs in left_out.items():
+        print(f"{name}: not at this scale: {', '.join(configs)}", file=sys.stderr)
     if not runs:
-        raise SweepError(f"--rows {' '.join(row_filter)} matches no row of {', '.join(tables)}")
+        raise SweepError(f"--rows {' '.join(row_filter)} matches no row of {', '.join(tables)} at this scale")
     return runs
 
 
@@ -313,8 +357,17 @@ def data_dir(dataset):
     return dataset if os.path.isabs(dataset) else os.path.join(ROOT, 'data', dataset)
 
 
+def scale_dataset(scale: Scale):
+    """The first of the scale's datasets that is prepared (else its last), or None for scales without a choice."""
+    for dataset in scale.datasets:
+        if os.path.isfile(os.path.join(data_dir(dataset), 'meta.json')):
+            return dataset
+    return scale.datasets[-1] if scale.datasets else None
+
+
 def ensure_data(runs):
-    """Check every dataset the runs read; the Bigram-Backcopy task is generated when missing (seconds)."""
+    """Check every dataset the runs read; the Bigram-Backcopy task (seconds) and the offline corpus in GPT-2's
+    vocabulary (a minute) are prepared when missing."""
     for dataset in dict.fromkeys(r.cfg['dataset'] for r in runs):
         d = data_dir(dataset)
         try:
@@ -322,11 +375,52 @@ def ensure_data(runs):
             continue
         except ValueError as e:
             problem = str(e)
-        if dataset == 'bigram_backcopy' and not os.path.exists(os.path.join(d, 'meta.json')):
-            print(f"preparing {d} (python prepare_c4.py --source bigram_backcopy)", file=sys.stderr)
-            prepare_bigram_backcopy(d)
+        if not os.path.exists(os.path.join(d, 'meta.json')) and dataset in ('bigram_backcopy', 'offline_gpt2'):
+            how = 'bigram_backcopy' if dataset == 'bigram_backcopy' else 'offline --tokenizer gpt2'
+            print(f"preparing {d} (python prepare_c4.py --source {how} --out_dir {d})", file=sys.stderr)
+            try:
+                prepare_bigram_backcopy(d) if dataset == 'bigram_backcopy' else prepare_offline(d, 'gpt2')
+            except PrepareError as e:
+                raise SweepError(f"{e} (the runs read data/{dataset})") from None
             continue
         raise SweepError(f"{problem} (the runs read data/{dataset})")
+
+
+H100_MFU = 0.30   # vanilla 60M and 130M steps reached 30-35% of the H100's bf16 peak (README, performance)
+RUN_OVERHEAD_S = 90   # compilation, the final evaluation, analyze.py and eval_quant.py of one run
+
+
+def expected_seconds(run):
+    """One run's expected wall time on one H100: its training FLOPs at H100_MFU, eager attention (clipped,
+    sigmoid: the T x T matrix) at half that, plus RUN_OVERHEAD_S."""
+    import torch
+    from model import GPT, GPTConfig
+    from train import MODEL_KEYS
+    vocab = load_meta(data_dir(run.cfg['dataset']))['vocab_size']
+    with torch.device('meta'):
+        model = GPT(GPTConfig(**{k: run.cfg[k] for k in MODEL_KEYS} | {'vocab_size': vocab}))
+    c = run.cfg
+    tokens = c['max_iters'] * c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size']
+    rate = H100_MFU * 989e12 / model.flops_per_token(c['block_size'])
+    return tokens / rate * (2 if c['attn'] in ('clipped', 'sigmoid') else 1) + RUN_OVERHEAD_S, tokens
+
+
+def describe(runs, scale: Scale):
+    """The data, tokens per run and (for scales that say) the expected wall time on one H100, printed first."""
+    data = dict.fromkeys(r.cfg['dataset'] for r in runs)
+    lines = [f"data: {', '.join(data_dir(d) for d in data)}"]
+    if not scale.expected:
+        return lines
+    try:
+        est = {r.name: expected_seconds(r) for r in runs}
+    except (ValueError, OSError) as e:   # data not prepared yet: no vocabulary size
+        return lines + [f"expected time: unknown until the data is prepared ({e})"]
+    todo = [r for r in runs if status(r) == 'todo']
+    lines += [f"  {r.name}: {est[r.name][1] / 1e6:,.0f} M tokens, ~{duration(est[r.name][0])}" for r in runs]
+    lines.append(f"expected wall time on one H100: ~{duration(sum(est[r.name][0] for r in todo))} for the "
+                 f"{len(todo)} runs to do (estimate: {H100_MFU:.0%} MFU as measured on an H100, eager attention "
+                 f"at half that, +{RUN_OVERHEAD_S} s per run)")
+    return lines
 
 
 # ----------------------------------------------------------------------------- running
@@ -493,7 +587,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('tables', nargs='+', choices=sorted(TABLES), metavar='TABLE',
                    help=f"one or more of {', '.join(sorted(TABLES))}")
-    p.add_argument('--scale', default='paper', choices=sorted(SCALES), help='paper (default), mini (CPU), smoke (tests)')
+    p.add_argument('--scale', default='paper', choices=sorted(SCALES),
+                   help='paper (default), gpu (one H100, about an hour a table), mini (CPU), smoke (tests)')
     p.add_argument('--rows', nargs='+', default=[], metavar='WORD', help='only rows whose config name contains a WORD')
     p.add_argument('--nproc', type=int, default=1, help='processes (GPUs) per training run, through torchrun')
     p.add_argument('--jobs', type=int, default=1, help='runs at once (CUDA: each gets its own --nproc GPUs)')
@@ -510,10 +605,13 @@ def main(argv=None):
         if args.iters < 1:
             p.error('--iters must be >= 1')
         scale = replace(scale, iters=args.iters, description=f"{scale.description}; --iters {args.iters}")
+    if not args.dataset and scale_dataset(scale):
+        scale = replace(scale, overrides={**scale.overrides, 'dataset': scale_dataset(scale)})
     out = os.path.join(os.path.abspath(args.out), args.scale)
     t0 = time.time()
     try:
         runs = plan(args.tables, scale, out, args.rows, args.dataset)
+        print('\n'.join(describe(runs, scale)), file=sys.stderr, flush=True)
         if args.dry_run:
             for run in runs:
                 state = status(run)
