@@ -261,7 +261,7 @@ def _as_bthd(t):
 
 def _sink_forward(q, k, v, c, u, prefix):
     o, lse = _lse_forward(q, k, v, prefix)
-    w = torch.sigmoid(lse - c).unsqueeze(-1)
+    w = _weight(lse, c)
     # y = w o + (1 - w) u, computed in fp32 and rounded once; in o's own memory when it has y's layout (the
     # kernels give it that layout: no fresh buffer, which on CPU would cost page faults at every call)
     y = o if o.stride() == _bthd_strides(o.shape) else _bthd(q, v.size(-1)).copy_(o)
@@ -272,8 +272,13 @@ def _sink_forward(q, k, v, c, u, prefix):
     return y, lse
 
 
+def _weight(lse, c):
+    """w = sigmoid(L - c), (B, H, T, 1): the real keys' share of each row (softmax-1: c = 0, a 0-d tensor)."""
+    return torch.sigmoid(lse if c.dim() == 0 else lse - c).unsqueeze(-1)
+
+
 def _sink_backward(dy, q, k, v, c, u, y, lse, prefix, sink_grads):
-    w = torch.sigmoid(lse - c).unsqueeze(-1)
+    w = _weight(lse, c)
     do = (dy * w).to(dy.dtype)
     dq, dk, dv = (_as_bthd(g) for g in _lse_backward(do, q, k, v, y, lse, prefix))
     if not sink_grads:
