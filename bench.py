@@ -6,20 +6,25 @@
     python bench.py --device cpu --compile   # CPU with torch.compile for the training step
     python bench.py --sections tune          # CUDA: time every tile shape of flash_sink.py's Triton kernel
 
-Sections (CUDA timed with events):
-  attn   attention forward+backward, (B, H, T, d=64): softmax SDPA; softmax-1 as the training path runs it
-         (attention.attention: the fused kernel's output scaled by sigmoid of its log-sum-exp); softmax-1 through
-         an extra zero key (attention.extra_key_attention, the route dropout takes); a naive eager softmax-1
-         (attention.attention_probs @ v, the T x T matrix materialised);
+Sections:
+  attn   attention forward+backward, (B, H, T, d=64), as the model calls it (q, k, v views of c_attn's output):
+         softmax SDPA (the baseline); softmax-1 and the attention bias as the training path runs them (CUDA:
+         flash_sink.py's Triton kernel; CPU: the SDPA sink route); softmax-1 by the SDPA sink route (CUDA's
+         fallback); through an extra zero key (the route dropout takes); eager (the T x T matrix). CUDA times
+         are GPU time: each variant's calls are captured in a CUDA graph and its replays timed with events.
   optim  one optimizer step with every gradient set, on the parameter shapes of GPT-2 130M and 350M
          on CUDA (CPU: 'small' and 130M, --quick: 'tiny' and 'small'; train.py's parameter groups): torch's
          fused AdamW (the baseline of every ratio; train.py's AdamW) and its foreach variant vs OrthoAdam
-         with rotation 'hadamard' (axes 'residual', train.py's default, and 'all') and 'haar' where
-         affordable; time and optimizer-state bytes (moments plus rotation factors);
-  train  a full training step (CUDA: 130M and 350M at T = 256 and 1024; CPU: a small config):
-         --grad_accum micro-batches (forward, backward) then grad clip and the optimizer, as train.py runs
-         it; vanilla (softmax + AdamW) vs softmax-1 + OrthoAdam; tokens/s, MFU (train.py's PEAK_FLOPS,
-         CUDA only), peak memory (CUDA: max allocated) or, on CPU, parameters + gradients + optimizer state.
+         with rotation 'hadamard' (axes 'residual', train.py's default, and 'all'; on CUDA also the default
+         with orthoadam_kernel.py's fused step turned off, 'stacked') and 'haar' where affordable; time and
+         optimizer-state bytes (moments plus rotation factors);
+  train  a full training step (CUDA: 60M and 130M at T = 256, the paper's 512 x 256 tokens per step with the
+         configs' micro-batches; CPU: a small config): --grad_accum micro-batches (forward, backward) then
+         grad clip and the optimizer, as train.py runs it, compiled on CUDA; vanilla (softmax + AdamW) vs
+         softmax-1 + OrthoAdam; tokens/s, MFU (train.py's PEAK_FLOPS, CUDA only), peak memory (CUDA: max
+         allocated) or, on CPU, parameters + gradients + optimizer state.
+  tune   (CUDA, not in the default sections) every tile shape of flash_sink.py's candidates on each attention
+         shape: the numbers behind flash_sink.blocks().
 
 Timing: the variants of one measurement are timed in turn, one call each per round, for --repeats rounds
 after warm-up, so that a change of machine load hits all of them alike. A ratio is the median over rounds
@@ -28,12 +33,14 @@ whose spread exceeds 10%, or any ratio of a CPU run started while the machine wa
 average above max(0.5, cores / 10)), is marked unreliable: printed with '?' and listed in 'unreliable'.
 
 --json PATH writes {"device", "torch", "quick", "load_avg": [start, end], "cpu_count", "unreliable": [...],
- "attn_softmax1_over_softmax" (worst shape), "attn_extra_key_over_softmax" (worst shape),
- "optim_state_orthoadam_over_adamw", "optim_step_orthoadam_over_adamw" (hadamard/residual on the largest
- model measured), "train_step_s1oa_over_vanilla" (first train case, first --grad_accum),
- "train_step_s1oa_over_vanilla_by_accum" ({accum: ratio}, first train case), "attention": [...],
- "optimizer": [...], "train": [...], "elapsed_s"}: one row per measurement with min_s, median_s, spread and
-its ratios (each with a *_spread); a ratio is null when its section did not run.
+ the target ratios of TARGETS ("attn_softmax1_over_softmax", "attn_bias_over_softmax" (worst shape),
+ "optim_step_orthoadam_over_adamw", "optim_state_orthoadam_over_adamw" (hadamard/residual on the largest model),
+ "train_step_s1oa_over_vanilla_60m", "train_step_s1oa_over_vanilla_130m", "mfu_vanilla_130m"), and
+ "attn_extra_key_over_softmax", "train_step_s1oa_over_vanilla" (first train case, first --grad_accum),
+ "train_step_s1oa_over_vanilla_by_accum", "attention": [...], "optimizer": [...], "train": [...], "tune": [...],
+ "elapsed_s"}: one row per measurement with min_s, median_s, spread and its ratios (each with a *_spread); a
+ratio is null when its section did not run. The file is rewritten after every section and training case, so a
+run stopped at a time limit keeps what it measured.
 """
 import argparse
 import contextlib
@@ -274,12 +281,14 @@ def model_for_optimizer(size, device):
     return model
 
 
-def optimizer_for(model, device, name, rotation='hadamard', axes='residual'):
+def optimizer_for(model, device, name, rotation='hadamard', axes='residual', kernel=True):
     """train.py's optimizer and parameter groups; 'adamw' is torch's fused AdamW (as train.py uses it on CPU
     and CUDA), 'adamw_foreach' its multi-tensor implementation."""
     cfg = dict(DEFAULTS, n_embd=model.config.n_embd, optimizer='orthoadam' if name == 'orthoadam' else 'adamw',
                weight_decay=0.1, orthoadam_rotation=rotation, orthoadam_axes=axes)
     opt = configure_optimizer(model, cfg, device.type)
+    if isinstance(opt, OrthoAdam):
+        opt.kernel = kernel
     if name == 'adamw_foreach':
         groups = [{k: g[k] for k in ('params', 'param_names', 'weight_decay')} for g in opt.param_groups]
         opt = torch.optim.AdamW(groups, lr=cfg['learning_rate'], betas=(cfg['beta1'], cfg['beta2']),
@@ -305,10 +314,12 @@ def bench_optimizer(device, sizes, variants, repeats, warmup):
         n_params = model.num_params()
         opts = {}
         for name, rotation, axes in variants(size):
-            opt = optimizer_for(model, device, name, rotation, axes)
+            stacked = name == 'orthoadam_stacked'
+            opt = optimizer_for(model, device, 'orthoadam' if stacked else name, rotation, axes, kernel=not stacked)
             for group in opt.param_groups:
                 group['lr'] = 1e-6      # steps run repeatedly on the same gradients
-            opts[name if name.startswith('adamw') else f"orthoadam {rotation}/{axes}"] = opt
+            label = name if name.startswith('adamw') else f"orthoadam {rotation}/{axes}"
+            opts[label + (' stacked' if stacked else '')] = opt
         log(f"optim {size} ({n_params / 1e6:.1f}M params): {', '.join(opts)}")
         times = measure({label: opt.step for label, opt in opts.items()}, device, repeats, warmup)
         base = next(iter(opts))
@@ -405,6 +416,8 @@ def plan(device, quick):
     def optim_variants(size):
         v = [('adamw', None, None), ('adamw_foreach', None, None), ('orthoadam', 'hadamard', 'residual'),
              ('orthoadam', 'hadamard', 'all')]
+        if cuda:   # the default without orthoadam_kernel.py's fused step: the stacked-matmul path
+            v.insert(3, ('orthoadam_stacked', 'hadamard', 'residual'))
         v.append(('orthoadam', 'haar', 'residual'))       # n x n factors on n_embd axes only
         if size in ('tiny', 'small') or (cuda and size == '130m'):
             v.append(('orthoadam', 'haar', 'all'))        # 3072 x 3072 QRs: too slow for big CPU runs

@@ -5,7 +5,7 @@ For every parameter p with gradient g and a fixed orthogonal Q unique to p:
     s̄ = m̂ / (sqrt(v̂) + eps);  s = Qᵀ s̄;  p ← p·(1 - lr·weight_decay) - lr·s
 Weight decay is decoupled and applied in the parameter basis, exactly as torch.optim.AdamW does.
 Q is never materialised: it is the Kronecker product of one small factor per rotated axis
-(for a matrix G: Ḡ = Q0 G Q1ᵀ), applied by `rotate`, the one place rotations happen.
+(for a matrix G: Ḡ = Q0 G Q1ᵀ), applied by `rotate`, or on CUDA inside orthoadam_kernel.py's fused step.
 
 Options (per param group, like lr):
   rotation  'hadamard' (default): per axis of size n = 2^k·m (m odd), Q_axis = (H_{2^k}/sqrt(2^k) ⊗ R_m)·diag(s)
@@ -24,12 +24,16 @@ rotated axes are kept in the optimizer state, so a resumed run keeps its Q whate
 Moments and rotations are fp32 (bf16 grads are upcast; TF32 is off for CUDA matmuls inside step()),
 so the state is AdamW's (step, exp_avg, exp_avg_sq) plus q_seed and rotated_axes, and the factors.
 
-Speed: the same-shaped parameters of a group are rotated as one stack (each member with its own Q; one
-matmul per pass for all of them, at most BUCKET_NUMEL elements per stack), a parameter bigger than that
-whose axis 0 is unrotated (the token embedding) in blocks of rows; each pass is one matmul on a view,
-signs are applied while stacking and while adding to p, and the moment update is torch's fused Adam
-kernel on CPU and CUDA. Workspace: two fp32 buffers the size of the largest stack, handed back to the
-CUDA caching allocator after each step and kept between steps on CPU.
+Speed. On CUDA a parameter with exactly one rotated axis whose factor is one or two matrices (the default
+'hadamard' / 'residual' case: every parameter but those with two n_embd axes) takes its whole step in one
+Triton kernel (orthoadam_kernel.py: g, p, m, v read once, p, m, v written once, as fused AdamW); kernel=False
+turns that off. Everything else, and every parameter on the CPU, takes the stacked path: the same-shaped
+parameters of a group are rotated as one stack (each member with its own Q; one matmul per pass for all of
+them, at most BUCKET_NUMEL elements per stack), a parameter bigger than that whose axis 0 is unrotated (the
+token embedding) in blocks of rows; each pass is one matmul on a view, signs are applied while stacking and
+while adding to p, and the moment update is torch's fused Adam kernel on CPU and CUDA. Workspace: two fp32
+buffers the size of the largest stack, handed back to the CUDA caching allocator after each step and kept
+between steps on CPU.
 
 Usage:
     opt = OrthoAdam(model.named_parameters(), lr=1e-3, weight_decay=0.1)
@@ -167,11 +171,12 @@ def row_blocks(shape, split):
 
 class OrthoAdam(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
-                 rotation="hadamard", axes="all", residual_dim=None, skip_axes=(), seed=0):
+                 rotation="hadamard", axes="all", residual_dim=None, skip_axes=(), seed=0, kernel=True):
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"need lr, eps, weight_decay >= 0 and betas in [0, 1), got "
                              f"lr={lr}, eps={eps}, weight_decay={weight_decay}, betas={betas}")
         self.seed = seed
+        self.kernel = kernel  # False: the stacked-matmul path on every device (same arithmetic; for comparisons)
         self._factors = {}  # (Q seeds, axes, rotation, shape, device) -> rotate()'s factors; rebuilt lazily, never saved
         self._hadamards = {}  # (size, device) -> Sylvester block shared by all parameters
         self._buffers = {}  # device -> two fp32 workspace buffers (see _workspace)
@@ -194,10 +199,11 @@ class OrthoAdam(torch.optim.Optimizer):
         group["skip_axes"] = tuple(group["skip_axes"])
 
     def __getstate__(self):
-        return {**super().__getstate__(), "seed": self.seed}
+        return {**super().__getstate__(), "seed": self.seed, "kernel": self.kernel}
 
     def __setstate__(self, state):
         super().__setstate__(state)  # also runs in load_state_dict: factors follow the loaded q_seed
+        self.__dict__.setdefault("kernel", True)
         self._factors, self._hadamards, self._buffers, self._kernel_failed = {}, {}, {}, False
 
     def load_state_dict(self, state_dict):
@@ -305,7 +311,7 @@ class OrthoAdam(torch.optim.Optimizer):
             stacks.setdefault((tuple(p.shape), rotated, p.device), []).append((p, q_seed))
         if not stacks:
             return
-        for key in [k for k in stacks if k[1] and k[2].type in KERNEL_DEVICES]:   # one fused kernel per parameter
+        for key in [k for k in stacks if self.kernel and k[1] and k[2].type in KERNEL_DEVICES]:   # one kernel each
             if self._kernel_steps(stacks[key], group, key[1]):
                 del stacks[key]
         if wd != 0 and stacks:  # decoupled, on the parameter before the step: p·(1 - lr·wd) - lr·s
