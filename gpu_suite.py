@@ -1,34 +1,37 @@
 """Validate every CUDA path of the project in one command and write one report (Markdown + JSON).
 
-    python gpu_suite.py --out out/gpu_suite                       # all parts (same as: python bench.py --suite gpu ...)
+    python gpu_suite.py --out out/gpu_suite --quick               # every part, smaller: one lease (about 8 minutes)
+    python gpu_suite.py --out out/gpu_suite                       # every part at full size (each <= 5 minutes)
     python gpu_suite.py --out out/gpu_suite --parts tests         # one part; the report merges every part in --out
     python gpu_suite.py --out out/gpu_suite --parts bench,bench_train   # the speed parts only
-    python gpu_suite.py --out out/gpu_suite --parts train --data data/offline --train_iters 300
+    python gpu_suite.py --out out/gpu_suite --parts train --data data/offline_gpt2 --train_iters 300
     python gpu_suite.py --out out/gpu_suite --nproc 8             # a multi-GPU node: training through torchrun
 
-Parts (each a subprocess with its own log and time limit; a failed part is reported, the others still run):
+Parts (each a subprocess with its own log; --timeout, default 300 s, bounds each part, whose subprocesses share
+it; a part stopped there keeps what it saved; a failed part is reported, the others still run):
   env    GPU, driver, torch / CUDA / cuDNN versions, SDPA backends enabled (always written)
-  tests  python -m pytest -m gpu tests: softmax-1 on every CUDA kernel vs the formula, every model toggle with
-         compile + bf16 vs fp32 eager, OrthoAdam's CUDA path vs the dense reference, resume exactness on the
-         device, torchrun DDP on NCCL (tests/test_gpu.py)
-  bench  python bench.py --sections attn,optim: attention and optimizer step at the paper's shapes (130M and
-         350M, T = 256 and 1024)
-  bench_train  python bench.py --sections train: the training step of 130M and 350M at T = 256 and 1024
-         (compiled, bf16): tokens/s, MFU, peak memory; with bench, the four ratios against the targets below
-         (two parts, so that each fits a call of ten minutes)
+  tests  python -m pytest -m gpu tests (8 workers with pytest-xdist): softmax-1 and the attention bias in
+         flash_sink.py's Triton kernel and on every SDPA kernel vs the formula, compiled vs eager, every model
+         toggle with compile + bf16 vs fp32 eager, OrthoAdam's CUDA paths vs the dense reference, resume
+         exactness on the device, torchrun DDP on NCCL (tests/test_gpu.py, and the CPU tests that also run on
+         CUDA)
+  bench  python bench.py --sections attn,optim: attention at the paper's shapes (GPU time of CUDA graph
+         replays) and the optimizer step at 130M and 350M
+  bench_train  python bench.py --sections train: the compiled bf16 training step of 60M and 130M at the
+         paper's batch (--quick: 2 micro-batches): tokens/s, MFU, peak memory; with bench, bench.TARGETS judged
   train  the four Table 2 variants of config/table2/gpt2_60m_*.py (vanilla, softmax-1, OrthoAdam, both) for
-         --train_iters steps each at the paper's batch (512 x 256 tokens) on --data (equal budgets), then
-         analyze.py on each run (--analyze_docs validation documents): loss, tokens/s, MFU, kurtosis,
-         max |activation|, first-token attention
+         --train_iters steps each at the paper's batch (512 x 256 tokens) on --data (equal budgets; --quick:
+         30 steps, uncompiled), then analyze.py on each run (--analyze_docs validation documents): loss,
+         tokens/s, MFU, kurtosis, max |activation|, first-token attention
 
 Outputs in --out: env.json; tests.log, tests.xml (JUnit); bench.log, bench.json, bench_train.log,
-bench_train.json (bench.py's JSON of each part);
-train/<variant>/ (train.py's ckpt.pt, config.json, log.jsonl, train.log, analysis.json), train.json;
-report.md and report.json ({"env", "tests": {"passed", "failed", "skipped", "errors", "failures": [{"test",
-"message"}]}, "bench": {"targets": [{"name", "value", "target", "met"}], "json": [the bench.py JSON files]}, "train":
-[{"variant", "val_loss", "val_ppl", "tokens_per_s", "mfu", "wall_s", "ppl", "kurtosis_first", "kurtosis_rest",
-"max_abs_first", "max_abs_rest", "first_attn_argmax"}], "parts": {part: {"returncode", "wall_s"}}}).
-A part that has not run in --out is absent from the report.
+bench_train.json (bench.py's JSON of each part, rewritten as it goes);
+train/<variant>/ (train.py's ckpt.pt, config.json, log.jsonl, train.log, analysis.json), train.json (rewritten
+after each variant); report.md and report.json ({"env", "tests": {"passed", "failed", "skipped", "errors",
+"failures": [{"test", "message"}]}, "bench": {"targets": [{"name", "key", "value", "target", "met"}], "json": [the
+bench.py JSON files]}, "train": [{"variant", "val_loss", "val_ppl", "tokens_per_s", "mfu", "wall_s", "ppl",
+"kurtosis_first", "kurtosis_rest", "max_abs_first", "max_abs_rest", "first_attn_argmax"}], "parts": {part:
+{"returncode", "wall_s"}}}). A part that has not run in --out is absent from the report.
 """
 import argparse
 import importlib.util
@@ -285,6 +288,7 @@ def main(argv=None):
     done = json.load(open(done_path)) if os.path.isfile(done_path) else {}
     if args.quick:
         args.train_iters = min(args.train_iters, 30)
+        args.train_args = ' '.join(['--compile=False', args.train_args]).strip()   # the tests part compiles
     for part in parts:
         if part == 'tests':
             workers = ['-n', '8'] if importlib.util.find_spec('xdist') else []   # pytest-xdist: 3x faster

@@ -57,4 +57,5 @@ def bigram_data(tmp_path_factory):
 
 
 def pytest_configure(config):
-    config.addinivalue_line('markers', 'gpu: needs CUDA; skipped without it (tests/test_gpu.py, run by gpu_suite.py)')
+    config.addinivalue_line('markers', 'gpu: run on CUDA by gpu_suite.py (python -m pytest -m gpu tests); tests/test_gpu.py '
+                            'skips without CUDA, the Triton kernels\' tests run in the interpreter there')

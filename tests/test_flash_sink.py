@@ -16,8 +16,9 @@ from model import GPTConfig  # noqa: E402
 from test_attention import reference_attention  # noqa: E402
 
 DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
-pytestmark = pytest.mark.skipif(DEVICE == 'cpu' and os.environ.get('TRITON_INTERPRET') != '1',
-                                reason='Triton needs CUDA or TRITON_INTERPRET=1 (set before flash_sink is imported)')
+pytestmark = [pytest.mark.gpu,   # on a GPU, gpu_suite.py runs them on CUDA
+              pytest.mark.skipif(DEVICE == 'cpu' and os.environ.get('TRITON_INTERPRET') != '1',
+                                 reason='Triton needs CUDA or TRITON_INTERPRET=1 (set before flash_sink is imported)')]
 
 
 def case(variant, T, prefix, d=16, B=2, H=2, seed=0, scale=1.0):

@@ -283,6 +283,7 @@ def test_invalid_options(options, match):
 
 
 # ----------------------------------------------------------------------------- the fused Triton step (CUDA's path)
+@pytest.mark.gpu   # on a GPU, gpu_suite.py runs it on CUDA
 @pytest.mark.parametrize('residual_dim,shapes', [
     (48, {'rows': (6, 48), 'cols': (48, 5), 'vec': (48,), 'both': (48, 48), 'none': (40, 3)}),   # 48 = R_48
     (768, {'rows': (3, 768), 'cols': (768, 2), 'vec': (768,)}),                                 # H_32 (x) R_24
