@@ -86,6 +86,17 @@ def test_last_probe_equals_analyze_on_the_final_checkpoint(bigram_data, tmp_path
     assert all(e['probe']['kurtosis_first'] != probe['kurtosis_first'] for e in evals[:-1])   # it follows training
 
 
+def test_probes_and_evaluations_do_not_change_the_run(bigram_data, tmp_path):
+    """Weights after an evaluation and probe at every iteration equal those of a run that never evaluates in between
+    (dropout on: no RNG is drawn, and the model is back in training mode after each probe)."""
+    common = ('--dropout=0.1', '--attn=softmax1', '--max_iters=4', '--windows=document')
+    quiet, probed = str(tmp_path / 'quiet'), str(tmp_path / 'probed')
+    train.train(config(bigram_data, quiet, *common, '--probe_docs=0'))
+    train.train(config(bigram_data, probed, *common, '--probe_docs=8', '--eval_interval=1'))
+    a, b = final_weights(quiet), final_weights(probed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_probe_docs_zero_logs_no_probe(bigram_data, tmp_path):
     out = str(tmp_path / 'off')
     train.train(config(bigram_data, out, '--probe_docs=0', '--max_iters=2'))
