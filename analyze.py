@@ -6,6 +6,7 @@
     python analyze.py --init_from gpt2 gpt2-medium --max_docs 10000     # pip install transformers; cached weights
     python analyze.py --init_from model.Q4_1.gguf --data data/offline_smollm2 --max_docs 200   # a GGUF file
     python analyze.py --table results/ y.json                          # saved JSON files -> Markdown tables
+    python analyze.py --trajectories out/a out/b --plots figures/      # train.py's probes -> trajectories.png
 
 Models: --ckpt takes train.py checkpoints (a ckpt.pt or its folder); --init_from takes Hugging Face
 names or local folders (any causal LM transformers loads: GPT-2, Llama, ...) and GGUF files (transformers
@@ -64,7 +65,10 @@ created before any model runs):
 (Fig. 1b), attention_layers.png (Appendix K: mean over heads for the mean over layers, layer 1, L/4 and 3L/4), hidden_layers.png
 (Appendix J: the largest channels for the same layers), layer_progression.png (Appendix I), training_curve.png (Appendix L, from log.jsonl next to each checkpoint) and
 optimizer_basis.png (Appendix E: per-feature norm of the MLP output weight and the per-feature sum of
-the optimizer's second moments from the checkpoint).
+the optimizer's second moments from the checkpoint); trajectories.png when log.jsonl holds probes.
+--trajectories RUN... --plots DIR draws only trajectories.png: the probe that train.py measures at every
+evaluation (probe_docs > 0: the summary metrics above on the first probe_docs validation documents)
+against the tokens seen, one line per run.
 """
 import argparse
 import glob
@@ -452,8 +456,13 @@ def example_sequence(hidden, attn, mask, row=0):
             'hidden_layers': hidden_layers}
 
 
-def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str):
-    """(JSON-ready result dict, plot data of the first document) for one model."""
+def default_batch_size(device):
+    """Documents per forward pass when --batch_size is not given: 8 on CUDA, 1 on CPU (measured fastest there)."""
+    return 8 if device.startswith('cuda') else 1
+
+
+def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str, quiet=False):
+    """(JSON-ready result dict, plot data of the first document) for one model; quiet: no progress lines."""
     meta = check_data(data_dir, lm)
     stats, example, docs = None, None, 0
     progress = Progress(run_label(lm.name), target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
@@ -468,10 +477,12 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
             example = example_sequence(hidden, attn, mask, numbers.index(0))
         del logits, hidden, attn, sink
         docs += len(idx)
-        progress.update(docs, 0)
+        if not quiet:
+            progress.update(docs, 0)
     if stats is None:
         raise ValueError(f"{data_dir}: the val split has no documents")
-    progress.done()
+    if not quiet:
+        progress.done()
     data = dict(dir=data_dir, split='val', tokenizer=meta['tokenizer'], source=meta.get('source'),
                 stand_in_for_c4=meta.get('stand_in_for_c4'), max_docs=max_docs, documents=stats.n_first,
                 positions=stats.n_first + stats.n_rest, predicted_tokens=stats.n_predicted,
@@ -516,6 +527,11 @@ def run_label(name):
         name = os.path.dirname(name) or name
     base = os.path.basename(name) or name
     return base[:-3] if base.endswith('.pt') else base[:-5] if base.endswith('.gguf') else base
+
+
+def unique_labels(labels):
+    """Labels with a repeated one numbered by its position: ['x', 'x', 'y'] -> ['x-1', 'x-2', 'y']."""
+    return [x if labels.count(x) == 1 else f'{x}-{i + 1}' for i, x in enumerate(labels)]
 
 
 def _fmt(value, spec):
@@ -681,6 +697,13 @@ def plot_hidden_layers(runs, path):
     return _save(fig, path)
 
 
+def _log_scale_if_wide(ax, values):
+    """A log y-axis when the values (None = missing) are positive and span more than a factor of 10."""
+    values = np.array([math.nan if v is None else v for v in values], dtype=float)
+    if np.isfinite(values).any() and np.nanmin(values) > 0 and np.nanmax(values) > 10 * np.nanmin(values):
+        ax.set_yscale('log')
+
+
 def plot_layer_progression(results, path):
     """Appendix I: per-layer metrics against the layer index normalised to [0, 1]."""
     plt = _pyplot()
@@ -696,9 +719,8 @@ def plot_layer_progression(results, path):
             ax.plot(x, y1, '-o', color=f'C{i}', ms=3, label=run_label(r['model']))
             ax.plot(x, y2, '--', color=f'C{i}', alpha=0.6)
         ax.set(title=f'{title} (solid: {l1}, dashed: {l2})', xlabel='layer index (normalised)')
-        values = np.array([v for r in results for k in (solid, dashed) for v in r['per_layer'][k]], dtype=float)
-        if log and np.nanmin(values) > 0 and np.nanmax(values) > 10 * np.nanmin(values):
-            ax.set_yscale('log')
+        if log:
+            _log_scale_if_wide(ax, [v for r in results for k in (solid, dashed) for v in r['per_layer'][k]])
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
@@ -732,6 +754,40 @@ def plot_training_curves(runs, path):
     ax.set(xlabel='iteration', ylabel='loss (nats/token)', title='Training curves (log.jsonl)')
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_trajectories(runs, path):
+    """Outlier dynamics: the probe of every evaluation (train.py's probe_docs, in each run's log.jsonl) against
+    the tokens seen, one colour per run: kurtosis and max |activation| of the first token (solid) and of the
+    other tokens (dashed), first-token attention (argmax share solid, mass dashed). A log y-axis where a panel's
+    values span more than a factor of 10. Runs without probes are left out; returns None when none has one."""
+    plt = _pyplot()
+    from matplotlib.ticker import EngFormatter
+    curves = [(label, [e for e in read_log(log)[1] if e.get('probe')]) for label, log in runs]
+    curves = [(label, evals) for label, evals in curves if evals]
+    if not curves:
+        return None
+    panels = [('kurtosis_first', 'kurtosis_rest', 'kurtosis (raw, Gaussian 3)', 'first token', 'other tokens'),
+              ('max_abs_first', 'max_abs_rest', 'max |activation|', 'first token', 'other tokens'),
+              ('first_attn_argmax', 'first_attn_mass', 'first-token attention', 'argmax share', 'mass')]
+    colors = [f'C{i}' for i in range(10)] if len(curves) <= 10 else list(plt.cm.tab20.colors)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.6), layout='constrained')
+    for ax, (solid, dashed, title, l1, l2) in zip(axes, panels):
+        for i, (label, evals) in enumerate(curves):
+            x = [e['tokens'] for e in evals]
+            y1, y2 = ([math.nan if e['probe'].get(k) is None else e['probe'][k] for e in evals] for k in (solid, dashed))
+            color = colors[i % len(colors)]
+            ax.plot(x, y1, '-o', color=color, ms=3, label=label)
+            ax.plot(x, y2, '--', color=color, alpha=0.6)
+        ax.set(title=f'{title}\n(solid: {l1}, dashed: {l2})', xlabel='tokens seen')
+        ax.xaxis.set_major_formatter(EngFormatter())
+        _log_scale_if_wide(ax, [e['probe'].get(k) for _, evals in curves for e in evals for k in (solid, dashed)])
+        ax.grid(alpha=0.3)
+    docs = sorted({e['probe'].get('documents') for _, evals in curves for e in evals} - {None})
+    fig.suptitle('Outlier dynamics during training: the probe at every evaluation '
+                 f"({'/'.join(map(str, docs)) or 'the first'} validation documents, E_m = mean over layers)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc='outside right upper', fontsize=8)
     return _save(fig, path)
 
 
@@ -797,10 +853,27 @@ def main(argv=None):
     p.add_argument('--plots', metavar='DIR', help='write the PNG figures into DIR')
     p.add_argument('--table', nargs='+', metavar='JSON',
                    help='render saved JSON files / folders as Markdown; no model runs')
+    p.add_argument('--trajectories', nargs='+', metavar='RUN',
+                   help="train.py run folders (or their log.jsonl): the probe of every evaluation against tokens seen, "
+                        "one line per run, into --plots DIR/trajectories.png; no model runs")
     args = p.parse_args(argv)
     try:
         if args.table:
             print('\n\n'.join(markdown_table(*t) for t in table_rows(load_results(args.table))))
+            return
+        if args.trajectories:
+            if not args.plots:
+                p.error('--trajectories draws a figure: give --plots DIR')
+            logs = [r if r.endswith('.jsonl') else os.path.join(r, 'log.jsonl') for r in args.trajectories]
+            for run, log in zip(args.trajectories, logs):
+                if not os.path.isfile(log):
+                    raise ValueError(f"--trajectories {run}: no such file {log} (pass train.py's out_dir or its log.jsonl)")
+            labels = unique_labels([run_label(os.path.dirname(os.path.abspath(log))) for log in logs])
+            os.makedirs(args.plots, exist_ok=True)
+            path = plot_trajectories(list(zip(labels, logs)), os.path.join(args.plots, 'trajectories.png'))
+            if path is None:
+                raise ValueError(f"no evaluation in {', '.join(logs)} has a probe: train with --probe_docs=N (N > 0)")
+            print(f'wrote {path}', file=sys.stderr)
             return
         specs = args.ckpt + args.init_from
         if not specs:
@@ -815,7 +888,7 @@ def main(argv=None):
             raise ValueError(f"--json {args.json} is one file but {len(specs)} models were given: pass a folder")
         device = choose_device(args.device)
         if args.batch_size is None:
-            args.batch_size = 8 if device.startswith('cuda') else 1
+            args.batch_size = default_batch_size(device)
         if args.batch_size < 1:
             raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
         if args.max_docs < 0:
@@ -827,8 +900,7 @@ def main(argv=None):
             make_folder(args.plots, '--plots')
         if args.data is not None or args.init_from:
             data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)  # before loading a model
-        labels = [run_label(s) for s in specs]
-        labels = [x if labels.count(x) == 1 else f'{x}-{i + 1}' for i, x in enumerate(labels)]
+        labels = unique_labels([run_label(s) for s in specs])
         results, examples, bases, logs = [], [], [], []
         for spec, label in zip(specs, labels):
             lm = load_model(spec, device, args.block_size)
@@ -864,6 +936,7 @@ def main(argv=None):
                        plot_optimizer_basis(bases, f'{d}/optimizer_basis.png')]
             if logs:
                 written.append(plot_training_curves(logs, f'{d}/training_curve.png'))
+                written += [p for p in [plot_trajectories(logs, f'{d}/trajectories.png')] if p]
             print('wrote ' + ', '.join(written), file=sys.stderr)
     except ValueError as e:
         sys.exit(f'analyze.py: error: {e}')

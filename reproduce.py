@@ -28,9 +28,10 @@ Rows of different tables with the same training config share one run (e.g. Table
 Table 5's rows at a scale where their schedules coincide).
 
 Output, per table, in <out>/<scale>/: <table>.md (the table in the paper's layout, ours / paper in
-each cell pair) and <table>.json: {"table", "title", "scale", "scale_description", "columns":
-[{"name", "key", "paper": bool}], "rows": [{"config", "run_dir", "labels": [...], "ours": {key: value
-or null}, "paper": {key: value}}]}.
+each cell pair), <table>_trajectories.png (analyze.plot_trajectories: the probe of every evaluation of
+every run of the table against the tokens seen, one line per run) and <table>.json: {"table", "title",
+"scale", "scale_description", "columns": [{"name", "key", "paper": bool}], "rows": [{"config", "run_dir",
+"labels": [...], "ours": {key: value or null}, "paper": {key: value}}]}.
 """
 import argparse
 import glob
@@ -108,9 +109,10 @@ SCALES = {
                        eval_tokens=256, device='cpu'),
         max_docs=8, batch_size=4),
 }
-# keys that do not change what a run computes: runs equal in everything else are one run
-NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'always_save_checkpoint', 'divergence_factor',
-                'wandb_log', 'wandb_project', 'wandb_run_name', 'compile', 'device')
+# keys that do not change what a run computes (its weights): runs equal in everything else are one run
+NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'eval_interval', 'probe_docs',
+                'always_save_checkpoint', 'divergence_factor', 'wandb_log', 'wandb_project', 'wandb_run_name',
+                'compile', 'device')
 
 
 def scaled_overrides(cfg, scale: Scale, steps: int, table=None):
@@ -130,8 +132,8 @@ def scaled_overrides(cfg, scale: Scale, steps: int, table=None):
         out['block_size'] = max(8, round(cfg['block_size'] * scale.seq))
     if scale.iters is not None:
         iters = scale.iters * steps
-        out.update(max_iters=iters, warmup_iters=round(scale.iters * scale.warmup), lr_decay_iters=0,
-                   eval_interval=iters, log_interval=max(1, iters // 10))
+        out.update(max_iters=iters, warmup_iters=round(scale.iters * scale.warmup), lr_decay_iters=0,   # 21 evaluations:
+                   eval_interval=max(1, iters // 20), log_interval=max(1, iters // 10))   # points of the trajectories
     return [f'--{k}={v!r}' if isinstance(v, str) else f'--{k}={v}' for k, v in out.items()]
 
 
@@ -300,10 +302,12 @@ def identity_key(identity):
 
 def saved_identity(identity):
     """A run's saved identity with the config keys added to train.py since then at their defaults (which
-    reproduce what the run did), so that older runs still match."""
+    reproduce what the run did) and without the keys NOT_IDENTITY gained since (eval_interval), so that older
+    runs still match."""
     from train import DEFAULTS
     added = {k: v for k, v in DEFAULTS.items() if k not in identity and k not in NOT_IDENTITY}
-    return json.loads(json.dumps({**added, **identity}, default=str))
+    kept = {k: v for k, v in identity.items() if k not in NOT_IDENTITY}
+    return json.loads(json.dumps({**added, **kept}, default=str))
 
 
 def existing_runs(out):
@@ -582,6 +586,20 @@ def render(name, runs, scale_name, scale: Scale):
     return '\n'.join(md), doc
 
 
+def draw_trajectories(name, runs, out):
+    """<out>/<name>_trajectories.png: the probes that train.py logged at the evaluations of the table's runs, one
+    line per run in the table's row order (analyze.plot_trajectories); None when no run has a probe yet."""
+    import analyze   # torch and matplotlib: only when drawing
+    ordered = []
+    for row in TABLES[name].rows:
+        run = next((r for r in runs for t, rr in r.rows if t == name and rr is row), None)
+        if run is not None and not any(r is run for r in ordered):
+            ordered.append(run)
+    logs = [(run.name, os.path.join(run.cfg['out_dir'], 'log.jsonl')) for run in ordered]
+    logs = [(label, log) for label, log in logs if os.path.isfile(log)]
+    return analyze.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
+
+
 # ----------------------------------------------------------------------------- command line
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
@@ -622,14 +640,16 @@ def main(argv=None):
         if not args.render:
             ensure_data(runs)
             failures = run_all(runs, scale, args.nproc, args.jobs)
+        figures = []
         for name in args.tables:
             md, doc = render(name, runs, args.scale, scale)
             os.makedirs(out, exist_ok=True)
             with open(os.path.join(out, f'{name}.md'), 'w') as f:
                 f.write(md + '\n')
             write_json(os.path.join(out, f'{name}.json'), doc, indent=1)
+            figures += [p for p in [draw_trajectories(name, runs, out)] if p]
             print(md + '\n')
-        print(f"wrote {', '.join(os.path.join(out, n) + '.{md,json}' for n in args.tables)} "
+        print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "
               f"in {duration(time.time() - t0)}", file=sys.stderr)
         if failures:
             sys.exit(f"reproduce.py: error: {len(failures)} run(s) failed: " + '; '.join(failures))

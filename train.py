@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import analyze
 from configurator import ConfigError, describe, load_config, save_config
 from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig, load_hf
 from orthoadam import OrthoAdam
@@ -46,6 +47,7 @@ DEFAULTS = dict(
     # I/O
     out_dir='out', init_from='scratch', eval_interval=1000, eval_tokens=1_048_576, eval_only=False,
     log_interval=10, always_save_checkpoint=True, divergence_factor=10.0,
+    probe_docs=8,    # at every evaluation, analyze.py's metrics on the first probe_docs validation documents (0 = off)
     wandb_log=False, wandb_project='softmax1-orthoadam', wandb_run_name='run',
     # data: data/<dataset>/{train,val}.bin + meta.json (an absolute path works too)
     dataset='c4', batch_size=32, gradient_accumulation_steps=16,   # global accumulation over all ranks
@@ -76,6 +78,7 @@ CHOICES = dict(
 # the valid interval of every numeric key (configurator.py checks them)
 RANGES = dict(
     eval_interval='[1, inf)', eval_tokens='[1, inf)', log_interval='[1, inf)', divergence_factor='[0, inf)',
+    probe_docs='[0, inf)',
     batch_size='[1, inf)', gradient_accumulation_steps='[1, inf)',
     n_layer='[1, inf)', n_head='[1, inf)', n_embd='[1, inf)', block_size='[1, inf)', vocab_size='[0, inf)',
     dropout='[0, 1)', causal_free_prefix='[0, inf)',
@@ -96,6 +99,7 @@ HELP = dict(
     log_interval='progress line and log.jsonl event every N iterations',
     always_save_checkpoint='write ckpt.pt at every evaluation (False: only when val loss improves, and at the end)',
     divergence_factor='stop (exit 2, no checkpoint written) when val perplexity > factor x the best so far; 0 = off',
+    probe_docs="at every evaluation, analyze.py's metrics on the first N validation documents, logged as 'probe'; 0 = off",
     wandb_log='also log the events to wandb', wandb_project='wandb project', wandb_run_name='wandb run name',
     dataset='prepared data folder data/<dataset>, or a path (prepare_c4.py)',
     batch_size='sequences per micro-batch (split over ranks when there are more ranks than micro-batches)',
@@ -135,7 +139,7 @@ HELP = dict(
 # printed ("changed on resume: key old -> new") and logged ({"event": "resume_change"}).
 RESUME_MAY_CHANGE = {
     'out_dir', 'eval_interval', 'eval_tokens', 'log_interval', 'always_save_checkpoint', 'divergence_factor',
-    'wandb_log', 'wandb_project', 'wandb_run_name',
+    'probe_docs', 'wandb_log', 'wandb_project', 'wandb_run_name',
     'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'decay_lr', 'max_iters',
     'weight_decay', 'beta1', 'beta2', 'eps', 'momentum', 'grad_clip', 'muon_lr', 'muon_momentum',
     'device', 'dtype', 'compile',
@@ -438,6 +442,28 @@ def evaluate(model, path, meta, cfg, rank, world, device, autocast):
     all_reduce(total)
     val_loss = (total[0] / total[1]).item()
     return val_loss, math.exp(min(val_loss, 700.0)), int(total[1].item())
+
+
+@torch.no_grad()
+def probe(raw_model, cfg, meta, path, bos, device):
+    """The paper's metrics on the first probe_docs documents of val.bin, measured by analyze.py's own code exactly
+    as `analyze.py --ckpt out_dir --max_docs probe_docs` measures the checkpoint: the same documents, the same BOS
+    (the checkpoint's), block size and batch size, the analysis path of the un-compiled model in eval mode, float32
+    matmuls. Returns analyze.py's summary numbers and per_layer lists under its JSON keys (NaN as None), and
+    'documents'. Not collective: rank 0 alone calls it."""
+    c = raw_model.config
+    lm = analyze.LoadedModel('probe', raw_model, 'ours', bos, c.block_size, c.vocab_size, {}, meta.get('tokenizer_info'))
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False      # the training loop allows TF32; analyze.py does not
+    raw_model.eval()
+    try:
+        result, _ = analyze.analyze(lm, os.path.dirname(path), cfg['probe_docs'], analyze.default_batch_size(device),
+                                    device, quiet=True)
+    finally:
+        raw_model.train()
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return analyze.json_safe({**{k: result[k] for k in result['per_layer']}, 'per_layer': result['per_layer'],
+                              'documents': result['data']['documents']})
 
 
 # ----------------------------------------------------------------------------- optimiser / schedule
@@ -824,6 +850,15 @@ def claim_out_dir(cfg, ckpt_path, seen):
     return fd
 
 
+def probe_text(iter_num, p):
+    """The progress line of a probe (None: nothing was counted, e.g. no document longer than one token)."""
+    f = analyze._fmt
+    return (f"probe iter {iter_num} ({p['documents']} docs): kurtosis first {f(p['kurtosis_first'], '.2f')} rest "
+            f"{f(p['kurtosis_rest'], '.2f')} | max |x| first {f(p['max_abs_first'], '.3g')} rest "
+            f"{f(p['max_abs_rest'], '.3g')} | first attn {f(p['first_attn_argmax'], '.3f')} (mass "
+            f"{f(p['first_attn_mass'], '.3f')})")
+
+
 def ppl_text(ppl):
     """Perplexity for a progress line: evaluate() caps it at exp(700) (~1e304) to stay finite."""
     return f"{ppl:.2f}" if ppl < 1e6 else f"{ppl:.3g}" if ppl < 1e304 else '>1e304'
@@ -851,6 +886,7 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
     ckpt = opened.pop('ckpt')   # no reference left elsewhere: its memory goes with `del ckpt` below
     ckpt_path, best_path = os.path.join(cfg['out_dir'], 'ckpt.pt'), os.path.join(cfg['out_dir'], 'best.pt')
     tokens_per_iter = cfg['gradient_accumulation_steps'] * cfg['batch_size'] * cfg['block_size']
+    bos = meta['eot_token'] if cfg['windows'] == 'document' else None   # what analyze.py prepends to a document
 
     torch.manual_seed(cfg['seed'])                   # identical initial weights on every rank
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -907,7 +943,7 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
             contents = {
                 'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict(),
                 'model_args': model_args, 'iter_num': iter_num, 'best_val_loss': best_val_loss, 'config': cfg,
-                'bos': meta['eot_token'] if cfg['windows'] == 'document' else None,
+                'bos': bos,
                 'tokenizer': meta.get('tokenizer_info'), 'rng': states,
                 'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num, 'identity': data_identity(meta)}}
             save_checkpoint(ckpt_path, contents)
@@ -928,8 +964,10 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
         if log_file:
             log_file.write(json.dumps(event) + '\n')
             log_file.flush()
-            if wandb is not None and event['event'] in ('train', 'eval'):
-                wandb.log({k: v for k, v in event.items() if k not in ('event', 'iter')}, step=event['iter'])
+            if wandb is not None and event['event'] in ('train', 'eval'):   # the probe's summary numbers, not its lists
+                wandb.log({k: v for k, v in event.items() if k not in ('event', 'iter', 'probe')}
+                          | {f'probe/{k}': v for k, v in event.get('probe', {}).items() if k != 'per_layer'},
+                          step=event['iter'])
 
     for key, old, new in changes:
         log({'event': 'resume_change', 'iter': iter_num, 'key': key, 'old': old, 'new': new})
@@ -965,10 +1003,15 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
                                         f"is kept (lower learning_rate or use grad_clip)")
                 val_loss, val_ppl, n = evaluate(model, paths['val'], meta, cfg, rank, world, device, autocast)
                 result = {'val_loss': val_loss, 'val_ppl': val_ppl, 'iter': iter_num}
-                log({'event': 'eval', 'iter': iter_num, 'val_loss': val_loss, 'val_ppl': val_ppl, 'val_tokens': n,
-                     'tokens': iter_num * tokens_per_iter})
+                event = {'event': 'eval', 'iter': iter_num, 'val_loss': val_loss, 'val_ppl': val_ppl, 'val_tokens': n,
+                         'tokens': iter_num * tokens_per_iter}
+                if master and cfg['probe_docs']:   # the other ranks go on and wait at the next collective
+                    event['probe'] = probe(raw_model, cfg, meta, paths['val'], bos, device)
+                log(event)
                 if master:
                     print(f"eval iter {iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
+                if 'probe' in event:
+                    print(probe_text(iter_num, event['probe']))
                 factor = cfg['divergence_factor']
                 if not math.isfinite(val_loss) or (factor and val_loss > best_val_loss + math.log(factor)):
                     log({'event': 'diverged', 'iter': iter_num, 'val_loss': val_loss, 'best_val_loss': best_val_loss,

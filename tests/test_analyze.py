@@ -291,6 +291,46 @@ def test_read_log_keeps_the_last_line_of_a_repeated_iteration(tmp_path):
     assert [(e['iter'], e['loss']) for e in train] == [(1, 3.5)] and [e['iter'] for e in val] == [0, 2]
 
 
+def write_probe_log(path, growth):
+    """A train.py log.jsonl whose evaluations carry probes; iteration 200 is logged twice (a resume), the later wins."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, 'log.jsonl'), 'w') as f:
+        for it, stale in ((0, False), (100, False), (200, True), (200, False)):
+            k = -1.0 if stale else 3.0 + growth * it / 200
+            probe = {'kurtosis_first': k, 'kurtosis_rest': 3.0, 'max_abs_first': 2 * k, 'max_abs_rest': 5.0,
+                     'first_attn_argmax': 0.1 + it / 1000, 'first_attn_mass': 0.05, 'per_layer': {}, 'documents': 8}
+            f.write(json.dumps({'event': 'eval', 'iter': it, 'val_loss': 3.0, 'tokens': it * 1024, 'probe': probe}) + '\n')
+    return path
+
+
+def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkeypatch):
+    a, b = write_probe_log(str(tmp_path / 'vanilla'), 100.0), write_probe_log(str(tmp_path / 's1oa'), 1.0)
+    old = write_checkpoint(str(tmp_path / 'old'))            # its log.jsonl holds no probe: left out of the figure
+    figures = []
+    monkeypatch.setattr(analyze, '_save', lambda fig, path: figures.append(fig) or path)
+    analyze.main(['--trajectories', a, os.path.join(b, 'log.jsonl'), os.path.dirname(old), '--plots', str(tmp_path / 'p')])
+    kurt, act, attn = figures[0].axes[:3]
+    assert [line.get_label() for line in kurt.lines[::2]] == ['vanilla', 's1oa']
+    tokens = [0, 100 * 1024, 200 * 1024]
+    assert list(kurt.lines[0].get_xdata()) == tokens and list(kurt.lines[0].get_ydata()) == [3.0, 53.0, 103.0]
+    assert list(kurt.lines[2].get_ydata()) == [3.0, 3.5, 4.0] and list(kurt.lines[3].get_ydata()) == [3.0] * 3
+    assert list(act.lines[0].get_ydata()) == [6.0, 106.0, 206.0]
+    assert list(attn.lines[0].get_ydata()) == pytest.approx([0.1, 0.2, 0.3])
+    assert (kurt.get_yscale(), act.get_yscale(), attn.get_yscale()) == ('log', 'log', 'linear')   # 3 to 103: log
+    monkeypatch.undo()
+    analyze.main(['--trajectories', a, b, '--plots', str(tmp_path / 'p')])
+    data = (tmp_path / 'p' / 'trajectories.png').read_bytes()
+    assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 5000
+    for args, message in ((['--trajectories', os.path.dirname(old)], 'has a probe: train with --probe_docs'),
+                          (['--trajectories', str(tmp_path / 'nosuch')], 'no such') ):
+        with pytest.raises(SystemExit) as e:
+            analyze.main(args + ['--plots', str(tmp_path / 'q')])
+        assert message in str(e.value) and '\n' not in str(e.value), e.value
+    with pytest.raises(SystemExit) as e:
+        analyze.main(['--trajectories', a])                    # the figure needs a folder
+    assert e.value.code == 2
+
+
 def test_run_label():
     assert analyze.run_label('out/x/ckpt.pt') == 'x' and analyze.run_label('runs/y.pt') == 'y'
     assert analyze.run_label('meta-llama/Llama-2-7b-hf') == 'Llama-2-7b-hf' and analyze.run_label('gpt2') == 'gpt2'

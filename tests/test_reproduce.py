@@ -94,6 +94,15 @@ def test_rows_with_one_training_config_share_a_run(tmp_path):
     assert len(paper_runs) == 18                      # 320k vs 40k steps: nothing shared at paper scale
 
 
+def test_a_run_saved_with_another_eval_interval_is_the_same_run(tmp_path):
+    """eval_interval (and probe_docs) change what is logged, not the weights: a run saved while eval_interval was
+    part of the identity (mini: one evaluation at the end) is the run that the current plan asks for."""
+    (run,) = reproduce.plan(['table5'], reproduce.SCALES['mini'], str(tmp_path), ['02_no_biases'])
+    assert run.cfg['eval_interval'] == 150 and 'eval_interval' not in run.identity
+    assert reproduce.saved_identity(dict(run.identity, eval_interval=3000)) == run.identity
+    assert reproduce.saved_identity(dict(run.identity, learning_rate=0.5)) != run.identity
+
+
 @pytest.fixture(scope='module')
 def bb(tmp_path_factory):
     return str(prepare_bigram_backcopy(tmp_path_factory.mktemp('bb') / 'bb', train_docs=200, val_docs=20, doc_len=64))
@@ -133,6 +142,11 @@ def test_smoke_sweep_trains_analyses_quantises_renders_and_skips_finished_runs(b
     (shared,) = reproduce.plan(['table5'], reproduce.SCALES['smoke'], os.path.join(out, 'smoke'), ['11_orthoadam'], bb)
     assert shared.name == 'table2-gpt2_130m_s1oa' and reproduce.status(shared) == 'done'
 
+    for table in ('table3', 'table5'):        # the probes of each table's runs against the tokens seen
+        assert open(os.path.join(out, 'smoke', f'{table}_trajectories.png'), 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+    evals = [json.loads(line) for line in open(os.path.join(runs, 'table5-01_biases', 'log.jsonl')) if '"eval"' in line]
+    assert [e['iter'] for e in evals] == [0, 1, 2, 3, 4] and all(e['probe']['documents'] > 0 for e in evals)
+
     ckpt = os.path.join(runs, 'table5-01_biases', 'ckpt.pt')
     mtime = os.path.getmtime(ckpt)
     again = sweep(*args)
@@ -155,6 +169,7 @@ def test_a_changed_row_config_is_a_one_line_error_not_a_silent_reuse(bb, tmp_pat
 def test_dry_run_prints_torchrun_commands_and_unknown_rows_are_errors(tmp_path):
     r = sweep('table2', '--rows', 'gpt2_1.4b', '--nproc', '8', '--dry_run', '--out', str(tmp_path))
     assert r.returncode == 0, r.stderr
+    assert not os.listdir(tmp_path)                   # nothing written, no figure either
     assert r.stdout.count('torch.distributed.run --standalone --nproc_per_node=8') == 2
     assert 'config/table2/gpt2_1.4b_s1oa.py' in r.stdout and '--init_from=auto' in r.stdout
     bad = sweep('table5', '--rows', 'nonesuch', '--dry_run', '--out', str(tmp_path))

@@ -54,6 +54,57 @@ def test_tiny_run_logs_checkpoints_and_learns(bigram_data, tmp_path):
     assert saved['attn'] == 'softmax1' and saved['vocab_size'] == 64
 
 
+@pytest.mark.parametrize('variant', [(), ('--windows=document', '--attn=softmax1', '--sink_token=True')])
+def test_last_probe_equals_analyze_on_the_final_checkpoint(bigram_data, tmp_path, variant):
+    """Every evaluation logs a probe under analyze.py's JSON keys; a resumed run keeps one history (the evaluation
+    at the resume point twice, read_log counts it once); the last probe equals what analyze.py's command line
+    writes (--json) for the final checkpoint on the same documents. Document windows: the BOS; sink token: the
+    first real token and the sink's own keys."""
+    import analyze
+    out = str(tmp_path / 'run')
+    common = ('--probe_docs=8', '--eval_interval=3', *variant)
+    train.train(config(bigram_data, out, *common, '--max_iters=3'))
+    train.train(config(bigram_data, out, *common, '--max_iters=6', '--init_from=resume'))
+    _, evals = analyze.read_log(os.path.join(out, 'log.jsonl'))
+    assert [(e['iter'], e['tokens']) for e in evals] == [(0, 0), (3, 3 * 4 * 32), (6, 6 * 4 * 32)]   # 4 x 32 per iter
+    at3 = [json.loads(line)['probe'] for line in open(os.path.join(out, 'log.jsonl')) if '"eval", "iter": 3,' in line]
+    assert len(at3) == 2 and at3[0] == at3[1]          # the same weights before and after the resume
+    json_path = str(tmp_path / 'analysis.json')
+    r = run_cli('analyze.py', '--ckpt', out, '--max_docs', '8', '--json', json_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref, probe = json.load(open(json_path)), evals[-1]['probe']
+    keys = set(ref['per_layer'])
+    assert keys >= {'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'first_attn_argmax',
+                    'first_attn_mass'}
+    assert ('sink_kurtosis' in keys) == ('--sink_token=True' in variant)
+    assert set(probe) == keys | {'per_layer', 'documents'} and set(probe['per_layer']) == keys
+    assert probe['documents'] == ref['data']['documents'] > 0
+    assert ref['data']['bos'] == (63 if '--windows=document' in variant else None)
+    for k in keys:
+        assert probe[k] == pytest.approx(ref[k], abs=1e-3), k
+        assert probe['per_layer'][k] == pytest.approx(ref['per_layer'][k], abs=1e-3), k
+    assert all(e['probe']['kurtosis_first'] != probe['kurtosis_first'] for e in evals[:-1])   # it follows training
+
+
+def test_probes_and_evaluations_do_not_change_the_run(bigram_data, tmp_path):
+    """Weights after an evaluation and probe at every iteration equal those of a run that never evaluates in between
+    (dropout on: no RNG is drawn, and the model is back in training mode after each probe)."""
+    common = ('--dropout=0.1', '--attn=softmax1', '--max_iters=4', '--windows=document')
+    quiet, probed = str(tmp_path / 'quiet'), str(tmp_path / 'probed')
+    train.train(config(bigram_data, quiet, *common, '--probe_docs=0'))
+    train.train(config(bigram_data, probed, *common, '--probe_docs=8', '--eval_interval=1'))
+    a, b = final_weights(quiet), final_weights(probed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_probe_docs_zero_logs_no_probe(bigram_data, tmp_path):
+    out = str(tmp_path / 'off')
+    train.train(config(bigram_data, out, '--probe_docs=0', '--max_iters=2'))
+    evals = [json.loads(line) for line in open(os.path.join(out, 'log.jsonl')) if '"eval"' in line]
+    assert len(evals) == 2 and not any('probe' in e for e in evals)
+    assert json.load(open(os.path.join(out, 'config.json')))['probe_docs'] == 0
+
+
 def test_schedule_warmup_cosine_floor():
     cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110, max_iters=200)
     assert train.get_lr(0, cfg) == pytest.approx(1 / 11)
@@ -135,6 +186,11 @@ def test_two_process_ddp_matches_single_process(bigram_data, tmp_path, variant):
     assert la == pytest.approx(lb, rel=rel)
     ckpt = torch.load(os.path.join(ddp, 'ckpt.pt'), weights_only=False)
     assert len(ckpt['rng']) == 2   # one RNG state per rank
+    pa, pb = ([json.loads(line)['probe'] for line in open(os.path.join(d, 'log.jsonl')) if '"eval"' in line]
+              for d in (single, ddp))
+    assert len(pa) == len(pb) == 2           # rank 0 alone measures and logs each evaluation's probe
+    for x, y in zip(pa, pb):
+        assert x['documents'] == y['documents'] and all(x[k] == pytest.approx(y[k], rel=1e-3) for k in x['per_layer'])
 
 
 def test_sigterm_writes_checkpoint_and_resume_continues(bigram_data, tmp_path):
@@ -288,6 +344,7 @@ def test_muon_run_learns_and_resumes_exactly(bigram_data, tmp_path):
     ('--dropout=1', "'dropout' in the command line must be in [0, 1), got 1.0"),
     ('--learning_rate=1e999', "'learning_rate' in the command line must be in (0, inf), got inf"),
     ('--divergence_factor=0.5', "divergence_factor=0.5 must be 0 (off) or >= 1"),
+    ('--probe_docs=-1', "'probe_docs' in the command line must be in [0, inf), got -1"),
     ('--device=tpu', "device='tpu' is not 'auto', 'cpu', 'cuda' or 'cuda:N'"),
 ])
 def test_out_of_range_values_are_one_line_errors(bigram_data, tmp_path, capsys, arg, message):

@@ -1,0 +1,66 @@
+"""The cost of train.py's probe (README, "Outlier dynamics during training"). Run from the repository root:
+
+    python docs/probe_cost.py config/tiny_cpu.py --init_from=scratch --out_dir=out/cost_tiny   # any train.py arguments
+    python docs/probe_cost.py --gpt2_130m         # one probe of GPT-2 130M on the CPU beside a training step
+
+The first form runs train.py's main with every call of train.probe timed and prints the wall and CPU time spent
+in it against the whole run's. The second times one probe (probe_docs of data/offline's validation documents) of
+a randomly initialised config/gpt2_130m.py model and one forward and backward of 4 x 256 tokens, and extrapolates
+the latter to eval_interval iterations of the config's batch (512 x 256 tokens).
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.getcwd())
+import torch  # noqa: E402
+
+import train  # noqa: E402
+
+
+def timed_run(argv):
+    wall, cpu, probe = [], [], train.probe
+
+    def timed(*args):
+        t, c = time.perf_counter(), time.process_time()
+        result = probe(*args)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+        return result
+    train.probe = timed
+    t, c = time.perf_counter(), time.process_time()
+    code = train.main(argv)
+    total, total_cpu = time.perf_counter() - t, time.process_time() - c
+    print(f"probe: {len(wall)} calls, wall {sum(wall):.3f} s of {total:.1f} s = {100 * sum(wall) / total:.2f}%, "
+          f"cpu {sum(cpu):.3f} s of {total_cpu:.1f} s = {100 * sum(cpu) / total_cpu:.2f}%; per call (wall): "
+          f"{', '.join(f'{x:.3f}' for x in wall)}")
+    return code
+
+
+def gpt2_130m():
+    from configurator import load_config
+    from model import GPT, GPTConfig
+    from prepare_c4 import load_meta
+    cfg = load_config(train.DEFAULTS, ['config/gpt2_130m.py', '--dataset=offline'], train.CHOICES, train.RANGES)
+    cfg['vocab_size'] = 50304
+    meta = load_meta('data/offline')
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS}))
+    for _ in range(2):   # the second of each is reported
+        t = time.perf_counter()
+        p = train.probe(model, cfg, meta, 'data/offline/val.bin', None, 'cpu')
+        probe = time.perf_counter() - t
+    x = torch.randint(0, meta['vocab_size'], (4, cfg['block_size'] + 1))
+    for _ in range(2):
+        t = time.perf_counter()
+        model(x[:, :-1], x[:, 1:])[1].backward()
+        step = time.perf_counter() - t
+    rows = cfg['batch_size'] * cfg['gradient_accumulation_steps']
+    between = step * rows / 4 * cfg['eval_interval']
+    print(f"probe of {p['documents']} documents: {probe:.2f} s; forward and backward of 4 x {cfg['block_size']}: "
+          f"{step:.2f} s, so {cfg['eval_interval']} iterations of {rows} x {cfg['block_size']} ~ {between:.3g} s; "
+          f"share {probe / between:.1e}")
+
+
+if __name__ == '__main__':
+    sys.exit(gpt2_130m() if sys.argv[1:] == ['--gpt2_130m'] else timed_run(sys.argv[1:]))
