@@ -87,7 +87,6 @@ import torch.nn.functional as F
 
 from model import GPT, load_hf
 from prepare_c4 import PrepareError, Progress, iter_documents, load_meta, load_tokenizer, tokenizer_mismatch, write_json
-from train import device_problem
 
 HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
 BUCKET_DOCS = 512        # documents read ahead and sorted by length, so that a batch holds similar lengths
@@ -817,6 +816,7 @@ def plot_optimizer_basis(runs, path):
 def choose_device(spec):
     """--device: 'auto' is cuda when there is a GPU, else cpu; a device this machine lacks is a one-line ValueError
     (train.py's check)."""
+    from train import device_problem   # train.py imports this module: import it when called
     problem = device_problem(spec)
     if problem:
         raise ValueError(problem)
