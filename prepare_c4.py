@@ -219,45 +219,16 @@ def load_gpt2() -> Tokenizer:
 
 
 def gguf_metadata(path: str) -> dict:
-    """The scalar metadata of a GGUF file (strings, numbers, booleans; arrays are skipped), read from its header
-    without loading tensors (the tokenizer's token list alone is ~50k strings)."""
-    import struct
-    scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-    out = {}
-    with open(path, "rb") as f:
-        def read(fmt):
-            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
-
-        def string():
-            return f.read(read("<Q")).decode("utf-8", errors="replace")
-
-        def skip(kind, n=1):   # n values of type kind
-            if kind in scalar:
-                f.seek(n * struct.calcsize(scalar[kind]), 1)
-            elif kind == 8:
-                for _ in range(n):
-                    f.seek(read("<Q"), 1)
-            elif kind == 9:
-                for _ in range(n):
-                    inner, count = read("<I"), read("<Q")
-                    skip(inner, count)
-            else:
-                raise ValueError(f"unknown GGUF value type {kind}")
-
-        if f.read(4) != b"GGUF":
-            raise ValueError("not a GGUF file")
-        version, _tensors, n_kv = read("<I"), read("<Q"), read("<Q")
-        if version < 2:
-            raise ValueError(f"GGUF version {version} is too old")
-        for _ in range(n_kv):
-            key, kind = string(), read("<I")
-            if kind in scalar:
-                out[key] = read(scalar[kind])
-            elif kind == 8:
-                out[key] = string()
-            else:
-                skip(kind)
-    return out
+    """The scalar metadata of a GGUF file (strings, numbers, booleans; arrays and the reader's own GGUF.* header
+    fields are skipped), read with the gguf package's GGUFReader (tensor data stays memory-mapped, unread).
+    Raises ValueError for a file that is not GGUF."""
+    import gguf
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as e:   # a wrong magic or version, a truncated header, an empty file
+        raise ValueError(f"not a GGUF file ({type(e).__name__}: {e})") from None
+    return {key: field.contents() for key, field in reader.fields.items()
+            if not key.startswith("GGUF.") and field.types and field.types[0] != gguf.GGUFValueType.ARRAY}
 
 
 # llama.cpp's pre-tokenizer types (GGUF "tokenizer.ggml.pre") that put every digit in its own piece before GPT-2's
