@@ -16,7 +16,6 @@ run uses the folder). SIGINT/SIGTERM write a checkpoint and exit; a non-finite l
 validation loss stops without writing one. README "Guarantees" lists what a run promises.
 """
 import contextlib
-import fcntl
 import glob
 import hashlib
 import json
@@ -35,6 +34,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+try:
+    import fcntl     # the out_dir lock (lock_out_dir); POSIX only
+except ImportError:  # Windows: runs go unlocked, with a warning
+    fcntl = None
 
 from configurator import ConfigError, describe, load_config, save_config
 from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig, load_hf
@@ -605,19 +609,26 @@ def check_out_dir(out_dir):
 
 def lock_out_dir(out_dir):
     """Hold an exclusive flock on out_dir/.lock for the life of the run; the file names the holder. The
-    kernel releases it when the process ends, however it ends, so a killed run never blocks the next."""
+    kernel releases it when the process ends, however it ends, so a killed run never blocks the next. Without
+    fcntl (Windows) the file is written but nothing is locked: one warning line, and two runs on one out_dir
+    are not refused."""
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, '.lock')
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 256, 0).decode(errors='replace').strip() or 'an unknown process'
-        os.close(fd)
-        raise TrainingError(f"{out_dir} is in use by another run ({holder}, see {path}); wait for it to end or "
-                            f"stop it, or choose another --out_dir") from None
+    if fcntl is None:
+        print(f"warning: no fcntl on this platform: {out_dir} is not locked; do not start a second run on it "
+              f"while this one runs", file=sys.stderr)
+    else:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 256, 0).decode(errors='replace').strip() or 'an unknown process'
+            os.close(fd)
+            raise TrainingError(f"{out_dir} is in use by another run ({holder}, see {path}); wait for it to end or "
+                                f"stop it, or choose another --out_dir") from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
     return fd
 
 
