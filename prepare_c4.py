@@ -249,10 +249,9 @@ def gguf_metadata(path: str) -> dict:
 DIGIT_SPLIT_PRE = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b")
 
 
-def load_hf_tokenizer(spec: str) -> Tokenizer:
-    """hf:NAME_OR_DIR or hf:FILE.gguf: a model's own tokenizer through transformers (local files only: the Hugging
-    Face cache, a folder, or the tokenizer a GGUF file embeds). The document separator is <|endoftext|> if the
-    vocabulary has it, else the tokenizer's EOS token, else a new id one past the vocabulary."""
+def transformers_tokenizer(spec: str):
+    """The transformers tokenizer of a Hugging Face name or folder (local files only) or of a GGUF file (its embedded
+    tokenizer, with the digit split of DIGIT_SPLIT_PRE restored). Raises PrepareError."""
     try:
         import transformers
     except ImportError:
@@ -285,6 +284,14 @@ def load_hf_tokenizer(spec: str) -> Tokenizer:
                            f"{first[:200]}); give a local folder with tokenizer files, a GGUF file, or a name in "
                            f"the Hugging Face cache (download once with network: python -c \"import transformers; "
                            f"transformers.AutoTokenizer.from_pretrained('{spec}')\")") from None
+    return hf
+
+
+def load_hf_tokenizer(spec: str) -> Tokenizer:
+    """hf:NAME_OR_DIR or hf:FILE.gguf: a model's own tokenizer through transformers (local files only: the Hugging
+    Face cache, a folder, or the tokenizer a GGUF file embeds). The document separator is <|endoftext|> if the
+    vocabulary has it, else the tokenizer's EOS token, else a new id one past the vocabulary."""
+    hf = transformers_tokenizer(spec)
     backend = getattr(hf, "backend_tokenizer", None)
     if backend is not None:
         def encode(text):   # special-token text in a document is text, as with tiktoken's encode_ordinary
