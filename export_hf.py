@@ -12,8 +12,8 @@ both with attn='softmax', attn_bias=False, sink_token=False and causal_free_pref
 the attention bias, clipped, gated or sigmoid attention, the sink token, RMSNorm-S, no positions, a free prefix, a
 mix such as LayerNorm with rotary positions, GPT-2 without biases) is refused in one line naming what does not fit:
 it would need modeling code of its own, loaded with trust_remote_code=True, which this repository does not write
-(README, "Export to Hugging Face", says why). analyze.py and eval_quant.py evaluate every variant from the
-checkpoint itself.
+(README, "Export to Hugging Face", says why). analyze.py, eval_quant.py and lm_eval_adapter.py evaluate every
+variant from the checkpoint itself.
 
 The folder (written as OUT.tmp, checked, then renamed to OUT):
   config.json, generation_config.json, model.safetensors   transformers' save_pretrained, fp32; the vocabulary is
@@ -154,7 +154,7 @@ def export(ckpt, out, force=False):
         raise ValueError(f"{ckpt} cannot be written as a stock transformers model: {name}, the closest architecture, "
                          f"does not compute {', '.join(problems)}; that would need modeling code of its own loaded with "
                          f"trust_remote_code=True, which this repository does not write (README 'Export to Hugging "
-                         f"Face'); analyze.py and eval_quant.py evaluate it from the checkpoint")
+                         f"Face'); analyze.py, eval_quant.py and lm_eval_adapter.py evaluate it from the checkpoint")
     eot = (lm.tokenizer or {}).get('eot_token')
     hf = hf_model(lm.model, lm.bos, eot)
     tokenizer, note = hf_tokenizer(lm.tokenizer, config.block_size)
