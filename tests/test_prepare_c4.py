@@ -573,3 +573,7 @@ def test_analyze_and_eval_quant_report_wikitext2_perplexity(wikitext, tmp_path, 
                      "--json", str(tmp_path / "q.json")])
     full = json.loads((tmp_path / "q.json").read_text())["models"][0]["ppl"]["full"]
     assert full == pytest.approx(expected, rel=1e-5)
+    # data in another model's vocabulary: analyze.py's hint prepares WikiText-2 again, from the same files
+    other = analyze.LoadedModel("org/model", model, "hf", None, 16, 300, {})
+    assert analyze.prepare_command(other, meta, str(data)).startswith(
+        f"python prepare_c4.py --source wikitext2 --wikitext_dir {wikitext} --tokenizer hf:org/model --out_dir {data}_")
