@@ -11,9 +11,10 @@ attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
 
 Every key of DEFAULTS below can be set in a config file or as --key=value (see README, "Config keys").
 Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.pt (lowest validation
-loss so far), ckpt_<iter>.pt (with save_every: a checkpoint kept every N iterations), config.json (resolved config), log.jsonl (one JSON event per line), .lock (held while a
-run uses the folder). SIGINT/SIGTERM write a checkpoint and exit; a non-finite loss or a diverging
-validation loss stops without writing one. README "Guarantees" lists what a run promises.
+loss so far), ckpt_<iter>.pt (with save_every: a checkpoint kept every N iterations), config.json (resolved
+config), log.jsonl (one JSON event per line), .lock (held while a run uses the folder). SIGINT/SIGTERM write
+a checkpoint and exit; a non-finite loss or a diverging validation loss stops without writing one. README
+"Guarantees" lists what a run promises.
 """
 import contextlib
 import glob
