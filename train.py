@@ -656,7 +656,12 @@ def rng_state(device_type):
 
 
 def fsync_dir(path):
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    """fsync the folder of path, so that a rename into it survives a crash. Windows cannot open a folder (nor needs
+    this for a rename to last): there it is skipped."""
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except PermissionError:   # Windows: a folder is not a file to open
+        return
     try:
         os.fsync(fd)
     finally:
