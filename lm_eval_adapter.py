@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 import analyze
-from prepare_c4 import PrepareError, Progress, iter_documents, load_tokenizer, write_json
+from prepare_c4 import PrepareError, Progress, iter_documents, load_tokenizer, tokenizer_mismatch, write_json
 
 
 def prefix_token(lm, eot):
@@ -209,6 +209,10 @@ def main(argv=None):
                 tok = load_tokenizer(lm.tokenizer['name'])
             except PrepareError as e:
                 raise ValueError(str(e)) from None
+            problem = tokenizer_mismatch(lm.tokenizer, tok.record())   # e.g. a .tiktoken file edited since
+            if problem:
+                raise ValueError(f"{args.ckpt}: {lm.tokenizer['name']} as loaded here is not the tokenizer its data "
+                                 f"was prepared with ({problem})")
             from lm_eval.tasks import TaskManager
             out = lm_eval.simple_evaluate(model=harness_model(lm, tok, args.batch_size), tasks=args.tasks.split(','),
                                           num_fewshot=args.num_fewshot, limit=args.limit,

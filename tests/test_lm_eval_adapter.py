@@ -152,6 +152,14 @@ def test_cli_errors_are_one_line(tmp_path, vocab, monkeypatch):
     with pytest.raises(SystemExit) as e:
         adapter.main(['--ckpt', str(tmp_path / 'ckpt.pt'), '--data', str(tmp_path / 'nothing')])
     assert 'not a prepared dataset' in str(e.value.code)
+    # a tokenizer that no longer gives the ids the checkpoint recorded (an edited .tiktoken file) is refused
+    ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=False)
+    ckpt['tokenizer'] = dict(ckpt['tokenizer'], probe=ckpt['tokenizer']['probe'][::-1])
+    torch.save(ckpt, tmp_path / 'ckpt.pt')
+    monkeypatch.setitem(__import__('sys').modules, 'lm_eval', __import__('types').ModuleType('lm_eval'))
+    with pytest.raises(SystemExit) as e:
+        adapter.main(['--ckpt', str(tmp_path / 'ckpt.pt'), '--tasks', 'hellaswag'])
+    assert 'is not the tokenizer its data was prepared with' in str(e.value.code) and '\n' not in str(e.value.code)
 
 
 # ----------------------------------------------------------------------------- with lm_eval installed
