@@ -279,9 +279,12 @@ def prepare_command(lm, meta, data_dir):
     else:
         tokenizer = (lm.tokenizer or {}).get('name') or '<the tokenizer it was trained with>'
     args = meta.get('args') or {}
-    source = {'offline': '--source offline', 'bigram_backcopy': '--source bigram_backcopy'}.get(args.get('source'), '')
+    source = {'offline': '--source offline', 'bigram_backcopy': '--source bigram_backcopy',
+              'wikitext2': '--source wikitext2'}.get(args.get('source'), '')
     if args.get('data_files'):
         source = '--data_files ' + ' '.join(args['data_files'])
+    if args.get('wikitext_dir'):
+        source += f" --wikitext_dir {args['wikitext_dir']}"
     out = f"{str(data_dir).rstrip('/')}_{run_label(lm.name)}"
     return ' '.join(x for x in ('python prepare_c4.py', source, f'--tokenizer {tokenizer}', f'--out_dir {out}') if x)
 

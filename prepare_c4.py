@@ -1,5 +1,5 @@
 """
-Tokenise C4 `en` (or an offline stand-in corpus) into the flat token files that train.py reads.
+Tokenise C4 `en` (or an offline stand-in corpus, or WikiText-2) into the flat token files that train.py reads.
 
     python prepare_c4.py                               # C4 en streamed from the hub, GPT-2 BPE -> data/c4
     python prepare_c4.py --train_tokens 5e9 --num_proc 16
@@ -9,6 +9,8 @@ Tokenise C4 `en` (or an offline stand-in corpus) into the flat token files that 
     python prepare_c4.py --source offline --tokenizer hf:HuggingFaceTB/SmolLM2-135M   # a model's own tokenizer
     python prepare_c4.py --source offline --tokenizer hf:path/to/model.Q4_1.gguf      # ... or a GGUF file's
     python prepare_c4.py --source bigram_backcopy      # synthetic task of the CPU miniature -> data/bigram_backcopy
+    python prepare_c4.py --source wikitext2            # WikiText-2 raw from the hub -> data/wikitext2 (val = test)
+    python prepare_c4.py --source wikitext2 --wikitext_dir wikitext-2-raw   # the raw files, no network
     python -c "import prepare_c4; prepare_c4.load_meta('data/c4')"   # check a prepared folder
 
 Splits (paper, Sec. 5): train = the start of C4 `en` train in file order, up to and including the
@@ -63,6 +65,13 @@ The offline stand-in (--source offline) is NOT C4: pydoc topics plus docstrings 
 library and installed packages, read from source with `ast` (nothing is imported). It is
 deterministic for a given Python installation and meant for smoke tests without network.
 
+--source wikitext2 writes WikiText-2 (raw; Merity et al., 2016): train = wiki.train.raw, val = wiki.test.raw
+(the TEST split, where WikiText-2 perplexity is reported; wiki.valid.raw is not used), read from --wikitext_dir
+(the files of wikitext-2-raw-v1.zip) or the hub (Salesforce/wikitext, wikitext-2-raw-v1). One document per article:
+a title line " = Title = " starts one (" = = Section = = " does not); every line is stripped of surrounding
+whitespace, blank lines are dropped, the rest joined by newlines (so files and hub give the same text); the text is
+not detokenised (" @-@ " and the spaces before punctuation stay, as in the raw files).
+
 --source bigram_backcopy writes the synthetic Bigram-Backcopy task (see bigram_backcopy_documents;
 64 tokens, 12 triggers, 40,000 train and --val_docs documents of 256 tokens, eot 64, tokenizer
 "bigram_backcopy"): attention sinks form there in 1-3 layer models, which makes it the data of the
@@ -108,6 +117,9 @@ R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 C4_SHARD = re.compile(r"c4-(train|validation)\..*\.json(\.gz)?")
 MIN_DOC_CHARS = 200  # offline corpus: shorter docstrings are mostly one-liners
 VAL_PERCENT = 2  # offline corpus: sha1(text) % 100 < 2 -> val
+# WikiText-2 (raw): the file and the Hugging Face split of each of our splits; val is the TEST split
+WIKITEXT_SPLITS = {"train": ("wiki.train.raw", "train"), "val": ("wiki.test.raw", "test")}
+WIKITEXT_TITLE = re.compile(r"= [^=](.*[^=])? =")  # an article's title line; sections are "= = ... = ="
 
 
 class PrepareError(Exception):
@@ -219,45 +231,16 @@ def load_gpt2() -> Tokenizer:
 
 
 def gguf_metadata(path: str) -> dict:
-    """The scalar metadata of a GGUF file (strings, numbers, booleans; arrays are skipped), read from its header
-    without loading tensors (the tokenizer's token list alone is ~50k strings)."""
-    import struct
-    scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-    out = {}
-    with open(path, "rb") as f:
-        def read(fmt):
-            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
-
-        def string():
-            return f.read(read("<Q")).decode("utf-8", errors="replace")
-
-        def skip(kind, n=1):   # n values of type kind
-            if kind in scalar:
-                f.seek(n * struct.calcsize(scalar[kind]), 1)
-            elif kind == 8:
-                for _ in range(n):
-                    f.seek(read("<Q"), 1)
-            elif kind == 9:
-                for _ in range(n):
-                    inner, count = read("<I"), read("<Q")
-                    skip(inner, count)
-            else:
-                raise ValueError(f"unknown GGUF value type {kind}")
-
-        if f.read(4) != b"GGUF":
-            raise ValueError("not a GGUF file")
-        version, _tensors, n_kv = read("<I"), read("<Q"), read("<Q")
-        if version < 2:
-            raise ValueError(f"GGUF version {version} is too old")
-        for _ in range(n_kv):
-            key, kind = string(), read("<I")
-            if kind in scalar:
-                out[key] = read(scalar[kind])
-            elif kind == 8:
-                out[key] = string()
-            else:
-                skip(kind)
-    return out
+    """The scalar metadata of a GGUF file (strings, numbers, booleans; arrays and the reader's own GGUF.* header
+    fields are skipped), read with the gguf package's GGUFReader (tensor data stays memory-mapped, unread).
+    Raises ValueError for a file that is not GGUF."""
+    import gguf
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as e:   # a wrong magic or version, a truncated header, an empty file
+        raise ValueError(f"not a GGUF file ({type(e).__name__}: {e})") from None
+    return {key: field.contents() for key, field in reader.fields.items()
+            if not key.startswith("GGUF.") and field.types and field.types[0] != gguf.GGUFValueType.ARRAY}
 
 
 # llama.cpp's pre-tokenizer types (GGUF "tokenizer.ggml.pre") that put every digit in its own piece before GPT-2's
@@ -266,10 +249,9 @@ def gguf_metadata(path: str) -> dict:
 DIGIT_SPLIT_PRE = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b")
 
 
-def load_hf_tokenizer(spec: str) -> Tokenizer:
-    """hf:NAME_OR_DIR or hf:FILE.gguf: a model's own tokenizer through transformers (local files only: the Hugging
-    Face cache, a folder, or the tokenizer a GGUF file embeds). The document separator is <|endoftext|> if the
-    vocabulary has it, else the tokenizer's EOS token, else a new id one past the vocabulary."""
+def transformers_tokenizer(spec: str):
+    """The transformers tokenizer of a Hugging Face name or folder (local files only) or of a GGUF file (its embedded
+    tokenizer, with the digit split of DIGIT_SPLIT_PRE restored). Raises PrepareError."""
     try:
         import transformers
     except ImportError:
@@ -302,6 +284,14 @@ def load_hf_tokenizer(spec: str) -> Tokenizer:
                            f"{first[:200]}); give a local folder with tokenizer files, a GGUF file, or a name in "
                            f"the Hugging Face cache (download once with network: python -c \"import transformers; "
                            f"transformers.AutoTokenizer.from_pretrained('{spec}')\")") from None
+    return hf
+
+
+def load_hf_tokenizer(spec: str) -> Tokenizer:
+    """hf:NAME_OR_DIR or hf:FILE.gguf: a model's own tokenizer through transformers (local files only: the Hugging
+    Face cache, a folder, or the tokenizer a GGUF file embeds). The document separator is <|endoftext|> if the
+    vocabulary has it, else the tokenizer's EOS token, else a new id one past the vocabulary."""
+    hf = transformers_tokenizer(spec)
     backend = getattr(hf, "backend_tokenizer", None)
     if backend is not None:
         def encode(text):   # special-token text in a document is text, as with tiktoken's encode_ordinary
@@ -473,6 +463,53 @@ def c4_texts(split: str, shards: dict[str, list[str]] | None) -> Iterator[str]:
                                    "pass --data_files DIR with local C4 shards, or --source offline") from None
             raise PrepareError(f"cannot read {where} as C4 JSON lines ({msg}); the file is corrupt or not a C4 "
                                "shard: replace it and run the same command again") from None
+
+
+# ----------------------------------------------------------------------------- WikiText-2 documents
+
+def wikitext_articles(lines: Iterable[str]) -> Iterator[str]:
+    """WikiText's articles from the lines of a raw file: a title line " = Title = " starts an article (section
+    headings are " = = Section = = "). Each line is stripped of surrounding whitespace, blank lines are dropped and
+    the article's lines are joined with newlines, so the raw files and the Hugging Face rows give the same text."""
+    article = []
+    for line in lines:
+        text = line.strip()
+        if not text:
+            continue
+        if WIKITEXT_TITLE.fullmatch(text) and article:
+            yield "\n".join(article)
+            article = []
+        article.append(text)
+    if article:
+        yield "\n".join(article)
+
+
+def wikitext_files(folder: str) -> dict[str, Path]:
+    """The raw file of each split in folder (checked before anything is written)."""
+    files = {split: Path(folder) / name for split, (name, _) in WIKITEXT_SPLITS.items()}
+    missing = [p.name for p in files.values() if not p.is_file()]
+    if missing:
+        raise PrepareError(f"--wikitext_dir {folder}: no {' or '.join(missing)} in it; it must hold the files of "
+                           f"wikitext-2-raw-v1.zip (wiki.train.raw, wiki.valid.raw, wiki.test.raw)")
+    return files
+
+
+def wikitext_texts(split: str, folder: str | None) -> Iterator[str]:
+    """Articles of WikiText-2 (raw) `split` ("train"/"val" = test), from the raw files in folder, or from the
+    Hugging Face hub (Salesforce/wikitext, wikitext-2-raw-v1; one row per line of the raw file) when folder is None."""
+    if folder is not None:
+        with open(wikitext_files(folder)[split], encoding="utf-8") as f:
+            yield from wikitext_articles(f)
+        return
+    import datasets
+    try:
+        rows = datasets.load_dataset("Salesforce/wikitext", "wikitext-2-raw-v1", split=WIKITEXT_SPLITS[split][1])
+        lines = [row["text"] for row in rows]
+    except Exception as e:
+        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        raise PrepareError(f"cannot load wikitext-2-raw-v1 from the Hugging Face hub ({msg[:200]}); without network "
+                           f"pass --wikitext_dir DIR holding wiki.train.raw and wiki.test.raw (wikitext-2-raw-v1.zip)") from None
+    yield from wikitext_articles(lines)
 
 
 # ----------------------------------------------------------------------------- offline stand-in corpus
@@ -667,6 +704,10 @@ def prepare_command(args: dict, out_dir) -> str | None:
     elif source == "offline":
         cmd += ["--source", "offline", "--tokenizer", args["tokenizer"]]
         cmd += [x for k in ("max_docs", "train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
+    elif source == "wikitext2":
+        cmd += ["--source", "wikitext2"] + (["--wikitext_dir", args["wikitext_dir"]] if args.get("wikitext_dir") else [])
+        cmd += ["--tokenizer", args["tokenizer"]]
+        cmd += [x for k in ("train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
     elif source == "bigram_backcopy":   # the command line sets only val_docs; the rest must be the defaults
         defaults = inspect.signature(prepare_bigram_backcopy).parameters
         if any(args.get(k) != defaults[k].default for k in args if k not in ("source", "val_docs")):
@@ -857,6 +898,26 @@ def prepare_offline(out_dir="data/offline", tokenizer="auto", max_docs=None, tra
                    {"train": (train_tokens, None), "val": (None, val_docs)}, num_proc, force)
 
 
+def prepare_wikitext2(out_dir="data/wikitext2", tokenizer="gpt2", wikitext_dir=None, train_tokens=None,
+                      val_docs=None, num_proc=1, force=False) -> Path:
+    """WikiText-2 (raw): train = wiki.train.raw, val = wiki.test.raw (the split its perplexity is reported on),
+    one document per article. wikitext_dir: a folder with the raw files, or None for the Hugging Face hub."""
+    if wikitext_dir is not None:
+        wikitext_files(wikitext_dir)
+    tok = load_tokenizer(tokenizer)
+    args = {"source": "wikitext2", "wikitext_dir": os.path.abspath(wikitext_dir) if wikitext_dir else None,
+            "tokenizer": tok.name, "tokenizer_sha256": tok.sha256, "train_tokens": train_tokens, "val_docs": val_docs}
+    source = (f"WikiText-2 raw files in {os.path.abspath(wikitext_dir)}" if wikitext_dir else
+              "Salesforce/wikitext wikitext-2-raw-v1 (hub)")
+    description = ("WikiText-2, raw (Merity et al., 2016). train: wiki.train.raw; val: wiki.test.raw, the TEST split "
+                   "(where WikiText-2 perplexity is reported; wiki.valid.raw is not used). One document per article "
+                   "(a title line ' = Title = ' starts one); lines stripped, blank lines dropped, joined by newlines; "
+                   "no detokenisation (' @-@ ' and the spaces around punctuation stay). Each document is followed "
+                   f"by eot {tok.eot_token}.")
+    return prepare(out_dir, tok, args, source, description, False, lambda split: wikitext_texts(split, wikitext_dir),
+                   {"train": (train_tokens, None), "val": (None, val_docs)}, num_proc, force)
+
+
 def bigram_backcopy_documents(n_docs, doc_len, vocab, triggers, alpha, seed):
     """Documents of the Bigram-Backcopy task (Guo et al., 2024, "Active-dormant attention heads"): a
     Markov chain over `vocab` tokens whose rows are Dirichlet(alpha) draws (fixed by seed), except that
@@ -910,11 +971,14 @@ def count(text: str) -> int:
 def main(argv=None):
     p = argparse.ArgumentParser(description="Tokenise C4 en (or an offline stand-in) for train.py.",
                                 epilog="Output format: see the module docstring.")
-    p.add_argument("--source", choices=("c4", "offline", "bigram_backcopy"), default="c4",
+    p.add_argument("--source", choices=("c4", "offline", "wikitext2", "bigram_backcopy"), default="c4",
                    help="c4: C4 en from the hub or --data_files (default); offline: stand-in corpus, no network; "
+                        "wikitext2: WikiText-2 raw (val = its test split) from the hub or --wikitext_dir; "
                         "bigram_backcopy: the synthetic task of the CPU miniature")
     p.add_argument("--data_files", nargs="+", metavar="GLOB_OR_DIR",
                    help="local C4 shards (c4-train.*.json.gz, c4-validation.*.json.gz) instead of the hub")
+    p.add_argument("--wikitext_dir", metavar="DIR",
+                   help="--source wikitext2: a folder with wiki.train.raw and wiki.test.raw instead of the hub")
     p.add_argument("--tokenizer", help="gpt2 | bytes | auto | PATH.tiktoken | hf:NAME_OR_DIR | hf:FILE.gguf "
                    "(default gpt2; auto for offline)")
     p.add_argument("--train_tokens", type=count, help="train split size in tokens (default 100_000_000 for c4, "
@@ -923,19 +987,26 @@ def main(argv=None):
     p.add_argument("--max_docs", type=count, help="offline only: use the first N documents of the corpus")
     p.add_argument("--num_proc", type=count, default=max(1, (os.cpu_count() or 1) - 1),
                    help="tokenisation processes (default: all cores but the one reading the source)")
-    p.add_argument("--out_dir", help="output folder (default data/c4, or data/offline)")
+    p.add_argument("--out_dir", help="output folder (default data/<source>: data/c4, data/offline, data/wikitext2, ...)")
     p.add_argument("--force", action="store_true", help="overwrite a folder prepared with other arguments")
     a = p.parse_args(argv)
     if a.source == "offline" and a.data_files:
         p.error("--data_files reads C4 shards; it cannot be combined with --source offline")
-    if a.source == "c4" and a.max_docs:
-        p.error("--max_docs is for --source offline; use --train_tokens / --val_docs for C4")
+    if a.source in ("c4", "wikitext2") and a.max_docs:
+        p.error("--max_docs is for --source offline; use --train_tokens / --val_docs")
+    if a.source == "wikitext2" and a.data_files:
+        p.error("--data_files reads C4 shards; WikiText-2's raw files go in --wikitext_dir")
+    if a.wikitext_dir and a.source != "wikitext2":
+        p.error("--wikitext_dir is for --source wikitext2")
     t0 = time.time()
     try:
         if a.source == "bigram_backcopy":
-            if a.data_files or a.tokenizer or a.max_docs or a.train_tokens:
+            if a.data_files or a.wikitext_dir or a.tokenizer or a.max_docs or a.train_tokens:
                 p.error("--source bigram_backcopy takes only --val_docs, --out_dir and --force")
             out = prepare_bigram_backcopy(a.out_dir or "data/bigram_backcopy", val_docs=a.val_docs or 500, force=a.force)
+        elif a.source == "wikitext2":
+            out = prepare_wikitext2(a.out_dir or "data/wikitext2", a.tokenizer or "gpt2", a.wikitext_dir,
+                                    a.train_tokens, a.val_docs, a.num_proc, a.force)
         elif a.source == "offline":
             out = prepare_offline(a.out_dir or "data/offline", a.tokenizer or "auto", a.max_docs,
                                   a.train_tokens, a.val_docs, a.num_proc, a.force)

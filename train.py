@@ -11,12 +11,12 @@ attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
 
 Every key of DEFAULTS below can be set in a config file or as --key=value (see README, "Config keys").
 Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.pt (lowest validation
-loss so far), config.json (resolved config), log.jsonl (one JSON event per line), .lock (held while a
-run uses the folder). SIGINT/SIGTERM write a checkpoint and exit; a non-finite loss or a diverging
-validation loss stops without writing one. README "Guarantees" lists what a run promises.
+loss so far), ckpt_<iter>.pt (with save_every: a checkpoint kept every N iterations), config.json (resolved
+config), log.jsonl (one JSON event per line), .lock (held while a run uses the folder). SIGINT/SIGTERM write
+a checkpoint and exit; a non-finite loss or a diverging validation loss stops without writing one. README
+"Guarantees" lists what a run promises.
 """
 import contextlib
-import fcntl
 import glob
 import hashlib
 import json
@@ -36,6 +36,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+try:
+    import fcntl     # the out_dir lock (lock_out_dir); POSIX only
+except ImportError:  # Windows: runs go unlocked, with a warning
+    fcntl = None
+
 import analyze
 from configurator import ConfigError, describe, load_config, save_config
 from model import CHOICES as MODEL_CHOICES, GPT, GPTConfig, load_hf
@@ -46,7 +51,7 @@ from prepare_c4 import (PrepareError, Progress, duration, eot_offsets, load_meta
 DEFAULTS = dict(
     # I/O
     out_dir='out', init_from='scratch', eval_interval=1000, eval_tokens=1_048_576, eval_only=False,
-    log_interval=10, always_save_checkpoint=True, divergence_factor=10.0,
+    log_interval=10, always_save_checkpoint=True, save_every=0, divergence_factor=10.0,
     probe_docs=8,    # at every evaluation, analyze.py's metrics on the first probe_docs validation documents (0 = off)
     wandb_log=False, wandb_project='softmax1-orthoadam', wandb_run_name='run',
     # data: data/<dataset>/{train,val}.bin + meta.json (an absolute path works too)
@@ -77,8 +82,8 @@ CHOICES = dict(
 )
 # the valid interval of every numeric key (configurator.py checks them)
 RANGES = dict(
-    eval_interval='[1, inf)', eval_tokens='[1, inf)', log_interval='[1, inf)', divergence_factor='[0, inf)',
-    probe_docs='[0, inf)',
+    eval_interval='[1, inf)', eval_tokens='[1, inf)', log_interval='[1, inf)', save_every='[0, inf)',
+    divergence_factor='[0, inf)', probe_docs='[0, inf)',
     batch_size='[1, inf)', gradient_accumulation_steps='[1, inf)',
     n_layer='[1, inf)', n_head='[1, inf)', n_embd='[1, inf)', block_size='[1, inf)', vocab_size='[0, inf)',
     dropout='[0, 1)', causal_free_prefix='[0, inf)',
@@ -98,6 +103,7 @@ HELP = dict(
     eval_only='evaluate ckpt.pt of out_dir and exit',
     log_interval='progress line and log.jsonl event every N iterations',
     always_save_checkpoint='write ckpt.pt at every evaluation (False: only when val loss improves, and at the end)',
+    save_every='also keep ckpt_<iter>.pt every N iterations, never overwritten by later ones (0 = off)',
     divergence_factor='stop (exit 2, no checkpoint written) when val perplexity > factor x the best so far; 0 = off',
     probe_docs="at every evaluation, analyze.py's metrics on the first N validation documents, logged as 'probe'; 0 = off",
     wandb_log='also log the events to wandb', wandb_project='wandb project', wandb_run_name='wandb run name',
@@ -138,8 +144,8 @@ HELP = dict(
 # May change: the new value is what runs (optimizer param groups, schedule, logging, hardware); each change is
 # printed ("changed on resume: key old -> new") and logged ({"event": "resume_change"}).
 RESUME_MAY_CHANGE = {
-    'out_dir', 'eval_interval', 'eval_tokens', 'log_interval', 'always_save_checkpoint', 'divergence_factor',
-    'probe_docs', 'wandb_log', 'wandb_project', 'wandb_run_name',
+    'out_dir', 'eval_interval', 'eval_tokens', 'log_interval', 'always_save_checkpoint', 'save_every',
+    'divergence_factor', 'probe_docs', 'wandb_log', 'wandb_project', 'wandb_run_name',
     'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'decay_lr', 'max_iters',
     'weight_decay', 'beta1', 'beta2', 'eps', 'momentum', 'grad_clip', 'muon_lr', 'muon_momentum',
     'device', 'dtype', 'compile',
@@ -631,19 +637,26 @@ def check_out_dir(out_dir):
 
 def lock_out_dir(out_dir):
     """Hold an exclusive flock on out_dir/.lock for the life of the run; the file names the holder. The
-    kernel releases it when the process ends, however it ends, so a killed run never blocks the next."""
+    kernel releases it when the process ends, however it ends, so a killed run never blocks the next. Without
+    fcntl (Windows) the file is written but nothing is locked: one warning line, and two runs on one out_dir
+    are not refused."""
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, '.lock')
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 256, 0).decode(errors='replace').strip() or 'an unknown process'
-        os.close(fd)
-        raise TrainingError(f"{out_dir} is in use by another run ({holder}, see {path}); wait for it to end or "
-                            f"stop it, or choose another --out_dir") from None
+    if fcntl is None:
+        print(f"warning: no fcntl on this platform: {out_dir} is not locked; do not start a second run on it "
+              f"while this one runs", file=sys.stderr)
+    else:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 256, 0).decode(errors='replace').strip() or 'an unknown process'
+            os.close(fd)
+            raise TrainingError(f"{out_dir} is in use by another run ({holder}, see {path}); wait for it to end or "
+                                f"stop it, or choose another --out_dir") from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
     return fd
 
 
@@ -668,7 +681,12 @@ def rng_state(device_type):
 
 
 def fsync_dir(path):
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    """fsync the folder of path, so that a rename into it survives a crash. Windows cannot open a folder (nor needs
+    this for a rename to last): there it is skipped."""
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except PermissionError:   # Windows: a folder is not a file to open
+        return
     try:
         os.fsync(fd)
     finally:
@@ -798,6 +816,11 @@ def open_run(cfg, ckpt_path, best_path):
             raise TrainingError(f"{ckpt_path} exists; continue the run with --init_from=resume, or choose another --out_dir")
         if os.path.exists(best_path):
             raise TrainingError(only_best(ckpt_path, best_path))
+        kept = sorted(glob.glob(os.path.join(glob.escape(cfg['out_dir']), 'ckpt_*.pt')))
+        if kept:
+            raise TrainingError(f"{cfg['out_dir']} holds {len(kept)} ckpt_<iter>.pt file(s) of an earlier run (save_every), "
+                                f"e.g. {kept[-1]}; to continue from one: cp it to {ckpt_path}, then --init_from=resume; "
+                                f"or choose another --out_dir")
     meta, paths = open_data(cfg)
     pretrained = public_model(cfg, meta) if cfg['init_from'].startswith('hf:') else None
     resume = cfg['init_from'] == 'resume' or (pretrained is not None and os.path.exists(ckpt_path))
@@ -929,8 +952,8 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
     autocast = (torch.autocast(device_type=device_type, dtype=ptdtype) if ptdtype != torch.float32
                 else contextlib.nullcontext())
 
-    def checkpoint(best):
-        """ckpt.pt := this state; with best, best.pt too, as a file of its own (ckpt.pt first: a kill in between
+    def checkpoint(*paths):
+        """Write this state to each path in turn, each a file of its own (ckpt.pt before best.pt: a kill in between
         leaves both valid)."""
         states = [None] * world
         if world > 1:
@@ -946,9 +969,8 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
                 'bos': bos,
                 'tokenizer': meta.get('tokenizer_info'), 'rng': states,
                 'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': iter_num, 'identity': data_identity(meta)}}
-            save_checkpoint(ckpt_path, contents)
-            if best:   # not a link to ckpt.pt: a write into one file (a cp onto it, a truncation) leaves the other
-                save_checkpoint(best_path, contents)
+            for path in paths:   # no links between them: a write into one file (a cp onto it, a truncation) leaves the others
+                save_checkpoint(path, contents)
 
     log_file = cleanup.enter_context(open_log(os.path.join(cfg['out_dir'], 'log.jsonl'))) if master and not cfg['eval_only'] else None
     wandb = None
@@ -1024,8 +1046,17 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
                                         f"--divergence_factor=0 to train on")
                 improved, best_val_loss = val_loss < best_val_loss, min(best_val_loss, val_loss)
                 if iter_num > start_iter and (improved or cfg['always_save_checkpoint'] or iter_num == cfg['max_iters']):
-                    checkpoint(best=improved)
+                    checkpoint(ckpt_path, *([best_path] if improved else []))
                     last_saved = iter_num
+            # save_every: the series ckpt_<iter>.pt, after this iteration's evaluation passed (and at the iteration a
+            # resume starts from, when its file is missing: a kill between ckpt.pt and it, or save_every set on resume)
+            kept_path = os.path.join(cfg['out_dir'], f'ckpt_{iter_num}.pt')
+            if cfg['save_every'] and iter_num % cfg['save_every'] == 0 and iter_num > 0 and (
+                    iter_num > start_iter or any_rank(torch.tensor(master and not os.path.exists(kept_path), device=device))):
+                if any_rank(nonfinite):
+                    raise TrainingError(f"non-finite loss before iteration {iter_num}; stopped, the last good checkpoint "
+                                        f"is kept (lower learning_rate or use grad_clip)")
+                checkpoint(kept_path)
             if iter_num >= cfg['max_iters']:
                 break
             # one optimisation step: this rank's share of the micro-batches, gradients all-reduced on the last only
@@ -1075,7 +1106,7 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
             if stopping:
                 if any_rank(nonfinite):
                     raise TrainingError(f"non-finite loss before iteration {iter_num}; the last good checkpoint is kept")
-                checkpoint(best=False)
+                checkpoint(ckpt_path)
                 if master:
                     print(f"signal received: checkpoint written at iteration {iter_num} to {ckpt_path}; "
                           f"continue with --init_from=resume")

@@ -448,3 +448,132 @@ def test_a_source_shorter_than_asked_for_is_said_once(shards, tmp_path, capsys):
     assert warnings[0].startswith(f"warning: val: the source has only {len(VAL)} documents, fewer than the 10 asked for")
     assert warnings[1].startswith("warning: train: the source has only ") and "1,000,000,000 asked for" in warnings[1]
     assert prepare_c4.load_meta(out)["splits"]["val"]["documents"] == len(VAL)
+
+
+# ----------------------------------------------------------------------------- WikiText-2
+# the raw files' layout (wikitext-2-raw-v1.zip): a space before and after every line's text, blank lines " "
+WIKI_RAW = {
+    "wiki.train.raw": [" ", " = Valkyria Chronicles III = ", " ", " Senjō no Valkyria 3 is a tactical role @-@ playing "
+                       "game . ", " ", " = = Gameplay = = ", " ", " = = = Sub = = = ", " The game 's battle system , "
+                       "the BliTZ system , is carried over . ", " ", " = X = ", " ", " One line . ", " "],
+    "wiki.valid.raw": [" ", " = Homarus gammarus = ", " ", " Homarus gammarus is a lobster . ", " "],
+    "wiki.test.raw": [" ", " = Robert Boulter = ", " ", " Robert Boulter is an English film , television and theatre "
+                      "actor . ", " ", " = = Career = = ", " ", " In 2000 Boulter had a guest @-@ starring role . ", " ",
+                      " = Du Fu = ", " ", " Du Fu ( 712 – 770 ) was a Chinese poet . ", " "],
+}
+# the articles, written out by hand: val is the test split
+WIKI_TRAIN = ["= Valkyria Chronicles III =\nSenjō no Valkyria 3 is a tactical role @-@ playing game .\n= = Gameplay = =\n"
+              "= = = Sub = = =\nThe game 's battle system , the BliTZ system , is carried over .", "= X =\nOne line ."]
+WIKI_VAL = ["= Robert Boulter =\nRobert Boulter is an English film , television and theatre actor .\n= = Career = =\n"
+            "In 2000 Boulter had a guest @-@ starring role .", "= Du Fu =\nDu Fu ( 712 – 770 ) was a Chinese poet ."]
+
+
+@pytest.fixture
+def wikitext(tmp_path):
+    d = tmp_path / "wikitext-2-raw"
+    d.mkdir()
+    for name, lines in WIKI_RAW.items():
+        (d / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return d
+
+
+def test_wikitext2_from_the_raw_files_one_document_per_article(wikitext, tmp_path, capsys):
+    out = tmp_path / "wt2"
+    prepare_c4.main(["--source", "wikitext2", "--wikitext_dir", str(wikitext), "--tokenizer", "bytes",
+                     "--out_dir", str(out), "--num_proc", "1"])
+    meta = prepare_c4.load_meta(out)
+    assert [bytes(x).decode() for x in read_docs(out, "train", 256)] == WIKI_TRAIN
+    assert [bytes(x).decode() for x in read_docs(out, "val", 256)] == WIKI_VAL
+    assert meta["args"] == {"source": "wikitext2", "wikitext_dir": str(wikitext), "tokenizer": "bytes",
+                            "tokenizer_sha256": None, "train_tokens": None, "val_docs": None}
+    assert meta["stand_in_for_c4"] is False and "wiki.test.raw, the TEST split" in meta["description"]
+    assert meta["source"] == f"WikiText-2 raw files in {wikitext}"
+    assert meta["splits"]["val"]["documents"] == 2 and meta["splits"]["train"]["documents"] == 2
+    prepare_c4.main(["--source", "wikitext2", "--wikitext_dir", str(wikitext), "--tokenizer", "bytes",
+                     "--out_dir", str(out)])
+    assert "already prepared" in capsys.readouterr().err
+    # the hint after damage is the command that made it, and running it repairs the folder
+    good = (out / "train.bin").read_bytes()
+    (out / "train.bin").write_bytes(good[:-1])
+    with pytest.raises(ValueError) as e:
+        prepare_c4.load_meta(out)
+    command = str(e.value).split("prepare it again: ")[1]
+    assert command == f"python prepare_c4.py --source wikitext2 --wikitext_dir {wikitext} --tokenizer bytes --out_dir {out}"
+    import shlex
+    prepare_c4.main(shlex.split(command)[2:])
+    assert (out / "train.bin").read_bytes() == good
+
+
+def test_wikitext2_from_the_hub_gives_the_same_data(wikitext, tmp_path, monkeypatch):
+    """The hub's wikitext-2-raw-v1 has one row per line of the raw file: the line with its newline, or '' for a
+    blank one (its loading script's convention); the prepared splits equal those of the files."""
+    import datasets
+    calls = []
+
+    def fake_load(path, name=None, split=None, **kw):
+        calls.append((path, name, split))
+        raw = {"train": "wiki.train.raw", "validation": "wiki.valid.raw", "test": "wiki.test.raw"}[split]
+        lines = (wikitext / raw).read_text(encoding="utf-8").splitlines(keepends=True)
+        return [{"text": line if line.strip() else ""} for line in lines]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    hub = prepare_c4.load_meta(prepare_c4.prepare_wikitext2(tmp_path / "hub", "bytes"))
+    assert sorted(calls) == [("Salesforce/wikitext", "wikitext-2-raw-v1", "test"),
+                             ("Salesforce/wikitext", "wikitext-2-raw-v1", "train")]
+    assert hub["args"]["wikitext_dir"] is None and "hub" in hub["source"]
+    local = prepare_c4.load_meta(prepare_c4.prepare_wikitext2(tmp_path / "local", "bytes", str(wikitext)))
+    assert hub["splits"] == local["splits"]
+
+
+def test_wikitext2_errors_are_one_line(wikitext, tmp_path, monkeypatch, capsys):
+    import datasets
+
+    def offline(*a, **kw):
+        raise ConnectionError("Couldn't reach 'Salesforce/wikitext' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    code, err = run_main(["--source", "wikitext2", "--tokenizer", "bytes", "--out_dir", str(tmp_path / "o")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--wikitext_dir" in err and "cannot load wikitext-2-raw-v1" in err
+    (wikitext / "wiki.test.raw").unlink()
+    code, err = run_main(["--source", "wikitext2", "--wikitext_dir", str(wikitext), "--tokenizer", "bytes",
+                          "--out_dir", str(tmp_path / "p")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "no wiki.test.raw in it" in err and not (tmp_path / "p").exists()
+    code, err = run_main(["--wikitext_dir", str(wikitext), "--out_dir", str(tmp_path / "q")], capsys)
+    assert code == 2 and "--wikitext_dir is for --source wikitext2" in err
+
+
+def test_analyze_and_eval_quant_report_wikitext2_perplexity(wikitext, tmp_path, capsys):
+    """--data on a WikiText-2 folder: both scripts' perplexity against a direct computation with the model's forward
+    over every test article, truncated to the block size."""
+    import torch
+    import torch.nn.functional as F
+    import analyze
+    import eval_quant
+    from model import GPT, GPTConfig
+    data = prepare_c4.prepare_wikitext2(tmp_path / "wt2", "bytes", str(wikitext))
+    meta = prepare_c4.load_meta(data)
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=48, vocab_size=meta["vocab_size"])
+    model = GPT(cfg).eval()
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"model": model.state_dict(), "model_args": cfg.__dict__.copy(), "iter_num": 0, "config": {},
+                "tokenizer": meta["tokenizer_info"]}, ckpt)
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for text in WIKI_VAL:
+            ids = torch.tensor(list(text.encode("utf-8"))[:cfg.block_size])
+            logits = model(ids[None])[0][0]
+            nll += float(F.cross_entropy(logits[:-1], ids[1:], reduction="sum"))
+            count += len(ids) - 1
+    expected = np.exp(nll / count)
+    analyze.main(["--ckpt", str(ckpt), "--data", str(data), "--max_docs", "0", "--json", str(tmp_path / "a.json")])
+    got = json.loads((tmp_path / "a.json").read_text())
+    assert got["data"]["predicted_tokens"] == count and got["ppl"] == pytest.approx(expected, rel=1e-5)
+    eval_quant.main(["--ckpt", str(ckpt), "--data", str(data), "--max_docs", "0", "--schemes", "fine",
+                     "--json", str(tmp_path / "q.json")])
+    full = json.loads((tmp_path / "q.json").read_text())["models"][0]["ppl"]["full"]
+    assert full == pytest.approx(expected, rel=1e-5)
+    # data in another model's vocabulary: analyze.py's hint prepares WikiText-2 again, from the same files
+    other = analyze.LoadedModel("org/model", model, "hf", None, 16, 300, {})
+    assert analyze.prepare_command(other, meta, str(data)).startswith(
+        f"python prepare_c4.py --source wikitext2 --wikitext_dir {wikitext} --tokenizer hf:org/model --out_dir {data}_")

@@ -316,13 +316,15 @@ def test_gguf_metadata_reads_what_the_gguf_package_writes(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    reader = gguf.GGUFReader(path)
-    expected = {k: f.contents() for k, f in reader.fields.items()
-                if f.types[0] != gguf.GGUFValueType.ARRAY and not k.startswith('GGUF.')}
-    assert prepare_c4.gguf_metadata(path) == expected and expected['tokenizer.ggml.pre'] == 'smollm'
-    (tmp_path / 'x.gguf').write_bytes(b'nope')
-    with pytest.raises(ValueError, match='not a GGUF'):
-        prepare_c4.gguf_metadata(str(tmp_path / 'x.gguf'))
+    # what was written, scalars only (arrays skipped); GGUFWriter adds the architecture key itself
+    expected = {'general.architecture': 'llama', 'tokenizer.ggml.pre': 'smollm', 'llama.block_count': 3,
+                'llama.rope.freq_base': 100000.0, 'tokenizer.ggml.add_bos_token': False}
+    got = prepare_c4.gguf_metadata(path)
+    assert got == expected and type(got['tokenizer.ggml.add_bos_token']) is bool
+    for name, content in (('x.gguf', b'nope'), ('empty.gguf', b''), ('short.gguf', b'GGUF\x03\x00')):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match='not a GGUF'):
+            prepare_c4.gguf_metadata(str(tmp_path / name))
 
 
 # ----------------------------------------------------------------------------- data check, --bos, default data

@@ -3,6 +3,7 @@ import glob
 import json
 import math
 import os
+import shutil
 
 import pytest
 import torch
@@ -156,3 +157,44 @@ def test_leftover_tmp_files_are_removed_at_start(bigram_data, tmp_path, capsys):
     code, stdout, err = cli(capsys, *args, '--init_from=resume', '--max_iters=5')
     assert code == 0, err
     assert not glob.glob(os.path.join(out, '*.tmp')) and stdout.count('left by an interrupted save') == 3
+
+
+def test_save_every_keeps_a_series_each_of_which_resumes_exactly(bigram_data, tmp_path, capsys):
+    """save_every=2: ckpt_2, ckpt_4, ckpt_6 (the state at that iteration, as ckpt.pt would hold it); a later resume
+    adds to the series without rewriting it; a copy of ckpt_4.pt resumed elsewhere reaches ckpt_6's weights bit for
+    bit; a fresh start refuses a folder that holds a series; a negative value is one line."""
+    out = str(tmp_path / 'run')
+    args = finished_run(bigram_data, out, capsys, '--max_iters=6', '--eval_interval=3', '--save_every=2')
+    series = lambda folder: sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, 'ckpt_*.pt')))
+    assert series(out) == ['ckpt_2.pt', 'ckpt_4.pt', 'ckpt_6.pt']
+    load = lambda path: torch.load(path, weights_only=False)
+    kept = {n: load(os.path.join(out, f'ckpt_{n}.pt')) for n in (2, 4, 6)}
+    assert [kept[n]['iter_num'] for n in (2, 4, 6)] == [2, 4, 6]
+    latest = load(os.path.join(out, 'ckpt.pt'))
+    assert all(torch.equal(latest['model'][k], v) for k, v in kept[6]['model'].items())
+    assert not any(torch.equal(kept[2]['model'][k], v) for k, v in kept[6]['model'].items() if k.endswith('c_fc.weight'))
+    before = {n: open(os.path.join(out, n), 'rb').read() for n in series(out)}
+    code, _, err = cli(capsys, *args, '--init_from=resume', '--max_iters=8')
+    assert code == 0, err
+    assert series(out) == ['ckpt_2.pt', 'ckpt_4.pt', 'ckpt_6.pt', 'ckpt_8.pt']
+    assert all(open(os.path.join(out, n), 'rb').read() == b for n, b in before.items())
+
+    other = str(tmp_path / 'from4')
+    os.makedirs(other)
+    shutil.copy(os.path.join(out, 'ckpt_4.pt'), os.path.join(other, 'ckpt.pt'))
+    other_args = [a for a in args if not a.startswith('--out_dir=')] + [f'--out_dir={other}']
+    code, _, err = cli(capsys, *other_args, '--init_from=resume', '--max_iters=6')
+    assert code == 0, err
+    assert series(other) == ['ckpt_4.pt', 'ckpt_6.pt']     # ckpt_4: the state it resumed from, which was missing
+    for n in (4, 6):
+        again = load(os.path.join(other, f'ckpt_{n}.pt'))
+        assert again['iter_num'] == n and all(torch.equal(again['model'][k], v) for k, v in kept[n]['model'].items())
+
+    fresh = str(tmp_path / 'fresh')
+    os.makedirs(fresh)
+    shutil.copy(os.path.join(out, 'ckpt_2.pt'), fresh)
+    code, _, err = cli(capsys, *[a for a in args if not a.startswith('--out_dir=')], f'--out_dir={fresh}')
+    assert code == 2 and err.count('\n') == 1 and 'ckpt_<iter>.pt' in err and 'cp it to' in err
+    assert os.listdir(fresh) == ['ckpt_2.pt']
+    code, _, err = cli(capsys, *args, '--save_every=-1')
+    assert code == 2 and err.count('\n') == 1 and "'save_every'" in err and '[0, inf)' in err

@@ -1,0 +1,210 @@
+"""Export a train.py checkpoint to a Hugging Face folder that transformers loads with the same logits.
+
+    python export_hf.py --ckpt out/llama2_130m --out hf/llama2_130m          # a checkpoint or its folder
+    python -c "import transformers as t; m = t.AutoModelForCausalLM.from_pretrained('hf/llama2_130m')"
+
+Only models that a stock transformers architecture computes exactly are exported, as that architecture:
+  GPT2LMHeadModel   norm='layernorm', bias=True, pos_emb='absolute', mlp='gelu' (activation 'gelu') or
+                    'gelu_tanh' ('gelu_pytorch_tanh'), n_kv_head = n_head, tied or untied head;
+  LlamaForCausalLM  norm='rmsnorm', pos_emb='rotary', mlp='swiglu', grouped-query attention, rope_base,
+                    bias True or False (attention_bias and mlp_bias), tied or untied head;
+both with attn='softmax', attn_bias=False, sink_token=False and causal_free_prefix=0. Anything else (softmax-1,
+the attention bias, clipped, gated or sigmoid attention, the sink token, RMSNorm-S, no positions, a free prefix, a
+mix such as LayerNorm with rotary positions, GPT-2 without biases) is refused in one line naming what does not fit:
+it would need modeling code of its own, loaded with trust_remote_code=True, which this repository does not write
+(README, "Export to Hugging Face", says why). analyze.py, eval_quant.py and lm_eval_adapter.py evaluate every
+variant from the checkpoint itself.
+
+The folder (written as OUT.tmp, checked, then renamed to OUT):
+  config.json, generation_config.json, model.safetensors   transformers' save_pretrained, fp32; the vocabulary is
+                    the real one (vocab_size of the data), not the padded embedding; n_positions /
+                    max_position_embeddings = block_size; bos_token_id = the checkpoint's BOS (windows='document':
+                    the data's eot) or null, eos_token_id = the data's eot.
+  tokenizer.json, tokenizer_config.json   the data's tokenizer where it can be written: gpt2 (from GPT-2's local
+                    ranks file, see prepare_c4.gpt2_ranks_file), a .tiktoken file (still present, same sha256) and
+                    bytes, as a byte-level BPE with <|endoftext|> as the document separator (bytes: ids 0-255 are the
+                    UTF-8 bytes, no merges, 256 = <|endoftext|>); hf:NAME tokenizers as transformers saves them. The
+                    written tokenizer must give the data's ids on prepare_c4.PROBE_TEXT (checked). Other tokenizers
+                    (synthetic tasks) are not written; the script says so.
+Before the rename, the folder is loaded with AutoModelForCausalLM and its logits on a random sequence of block_size
+tokens are compared with the checkpoint's: a difference above TOLERANCE is an error and nothing is left behind.
+"""
+import argparse
+import os
+import shutil
+import sys
+
+import torch
+
+import analyze
+from prepare_c4 import (EOT_TEXT, GPT2_PAT, PrepareError, gpt2_ranks_file, load_tokenizer, read_tiktoken_ranks,
+                        tokenizer_mismatch, transformers_tokenizer)
+
+TOLERANCE = 1e-4     # largest |logit difference| accepted between the export and the checkpoint (fp32)
+# what both architectures need, then what each needs of the keys that differ between them
+COMMON = dict(attn=('softmax',), attn_bias=(False,), sink_token=(False,), causal_free_prefix=(0,))
+GPT2 = dict(norm=('layernorm',), bias=(True,), pos_emb=('absolute',), mlp=('gelu', 'gelu_tanh'))
+LLAMA = dict(norm=('rmsnorm',), pos_emb=('rotary',), mlp=('swiglu',))
+GPT2_ACTIVATION = {'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh'}
+
+
+def architecture(config):
+    """(the closest stock architecture's name, the settings of config it cannot express: empty = exportable)."""
+    llama = config.norm == 'rmsnorm' or config.pos_emb == 'rotary' or config.mlp == 'swiglu'
+    needs = {**COMMON, **(LLAMA if llama else GPT2)}
+    problems = [f"{key}={getattr(config, key)!r}" for key, allowed in needs.items() if getattr(config, key) not in allowed]
+    if not llama and config.kv_heads != config.n_head:
+        problems.append(f"n_kv_head={config.n_kv_head} (grouped-query attention)")
+    return ('LlamaForCausalLM' if llama else 'GPT2LMHeadModel'), problems
+
+
+def hf_model(model, bos, eot):
+    """The transformers model (GPT2LMHeadModel or LlamaForCausalLM) holding model's weights, in eval mode."""
+    import transformers
+    c, sd = model.config, model.state_dict()
+    V = c.vocab_size
+    name, problems = architecture(c)
+    if problems:
+        raise ValueError(f"cannot write {', '.join(problems)} as a stock transformers model")
+    if name == 'GPT2LMHeadModel':
+        config = transformers.GPT2Config(
+            vocab_size=V, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head,
+            n_inner=c.hidden_size, activation_function=GPT2_ACTIVATION[c.mlp], resid_pdrop=c.dropout,
+            embd_pdrop=c.dropout, attn_pdrop=c.dropout, layer_norm_epsilon=c.norm_eps,
+            tie_word_embeddings=c.tie_embeddings, bos_token_id=bos, eos_token_id=eot)
+        # the same names; GPT-2's Conv1D keeps (in, out) where our Linear keeps (out, in)
+        state = {k: v.t() if k.startswith('transformer.h.') and v.dim() == 2 else v for k, v in sd.items()}
+    else:
+        config = transformers.LlamaConfig(
+            vocab_size=V, hidden_size=c.n_embd, intermediate_size=c.hidden_size, num_hidden_layers=c.n_layer,
+            num_attention_heads=c.n_head, num_key_value_heads=c.kv_heads, head_dim=c.n_embd // c.n_head,
+            max_position_embeddings=c.block_size, rms_norm_eps=c.norm_eps, rope_theta=c.rope_base,
+            attention_bias=c.bias, mlp_bias=c.bias, attention_dropout=c.dropout, hidden_act='silu',
+            tie_word_embeddings=c.tie_embeddings, bos_token_id=bos, eos_token_id=eot)
+        kv = c.kv_heads * (c.n_embd // c.n_head)
+        state = {'model.norm.weight': sd['transformer.ln_f.weight']}
+        for i in range(c.n_layer):
+            ours, theirs = f'transformer.h.{i}.', f'model.layers.{i}.'
+            state[theirs + 'input_layernorm.weight'] = sd[ours + 'ln_1.weight']
+            state[theirs + 'post_attention_layernorm.weight'] = sd[ours + 'ln_2.weight']
+            for kind in ('weight', 'bias') if c.bias else ('weight',):
+                q, k, v = sd[ours + f'attn.c_attn.{kind}'].split((c.n_embd, kv, kv))
+                state.update({theirs + f'self_attn.q_proj.{kind}': q, theirs + f'self_attn.k_proj.{kind}': k,
+                              theirs + f'self_attn.v_proj.{kind}': v,
+                              theirs + f'self_attn.o_proj.{kind}': sd[ours + f'attn.c_proj.{kind}'],
+                              theirs + f'mlp.gate_proj.{kind}': sd[ours + f'mlp.c_gate.{kind}'],
+                              theirs + f'mlp.up_proj.{kind}': sd[ours + f'mlp.c_fc.{kind}'],
+                              theirs + f'mlp.down_proj.{kind}': sd[ours + f'mlp.c_proj.{kind}']})
+    embed = 'transformer.wte.weight' if name == 'GPT2LMHeadModel' else 'model.embed_tokens.weight'
+    state[embed] = sd['transformer.wte.weight'][:V]           # the padding rows go
+    state['lm_head.weight'] = sd['lm_head.weight'][:V]
+    hf = getattr(transformers, name)(config)
+    hf.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=True)
+    return hf.eval()
+
+
+def hf_tokenizer(record, block_size):
+    """(the data's tokenizer as a transformers tokenizer, None) or (None, why it is not written)."""
+    name = (record or {}).get('name')
+    if name is None:
+        return None, 'the checkpoint records no tokenizer'
+    if name.startswith('hf:'):
+        try:
+            return transformers_tokenizer(name[3:]), None
+        except PrepareError as e:
+            return None, str(e)
+    if name == 'bytes':
+        ranks = {bytes([b]): b for b in range(256)}
+    elif name == 'gpt2':
+        path = gpt2_ranks_file()
+        if path is None:
+            return None, "GPT-2's BPE ranks file is not on this machine (set GPT2_TIKTOKEN, README 'Data')"
+        ranks = read_tiktoken_ranks(path)
+    elif name.endswith('.tiktoken'):
+        try:
+            if load_tokenizer(name).sha256 != record.get('sha256'):
+                return None, f"{name} changed since the data was prepared"
+        except (OSError, PrepareError) as e:
+            return None, f"{name}: {e}"
+        ranks = read_tiktoken_ranks(name)
+    else:
+        return None, f"tokenizer {name!r} has no Hugging Face form"
+    import transformers
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+    converter = TikTokenConverter(pattern=GPT2_PAT, extra_special_tokens=[EOT_TEXT])
+    converter.load_tiktoken_bpe = lambda _: ranks     # the ranks read above, not tiktoken's loader
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=converter.converted(), bos_token=EOT_TEXT,
+                                                     eos_token=EOT_TEXT, model_max_length=block_size)
+    return tokenizer, None
+
+
+def export(ckpt, out, force=False):
+    """Write ckpt (a train.py checkpoint or its folder) to the Hugging Face folder out. Returns (architecture,
+    max |logit difference|, the tokenizer note: None when it was written, else why not). Raises ValueError."""
+    if not os.path.exists(ckpt):
+        raise ValueError(f"checkpoint {ckpt} not found")
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not force:
+        raise ValueError(f"--out {out} exists and is not an empty folder; choose another --out or pass --force")
+    lm = analyze.load_model(ckpt)
+    if lm.kind != 'ours':
+        raise ValueError(f"{ckpt} is not a train.py checkpoint")
+    config = lm.model.config
+    name, problems = architecture(config)
+    if problems:
+        raise ValueError(f"{ckpt} cannot be written as a stock transformers model: {name}, the closest architecture, "
+                         f"does not compute {', '.join(problems)}; that would need modeling code of its own loaded with "
+                         f"trust_remote_code=True, which this repository does not write (README 'Export to Hugging "
+                         f"Face'); analyze.py, eval_quant.py and lm_eval_adapter.py evaluate it from the checkpoint")
+    eot = (lm.tokenizer or {}).get('eot_token')
+    hf = hf_model(lm.model, lm.bos, eot)
+    tokenizer, note = hf_tokenizer(lm.tokenizer, config.block_size)
+    tmp = f"{out.rstrip('/')}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        hf.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+            problem = tokenizer_mismatch(lm.tokenizer, load_tokenizer(f'hf:{tmp}').record())
+            if problem:
+                raise ValueError(f"the written tokenizer does not reproduce the data's ids ({problem})")
+        diff = logit_difference(lm.model, tmp)
+        if not diff <= TOLERANCE:
+            raise ValueError(f"the exported model's logits differ from the checkpoint's by {diff:.3g} > {TOLERANCE}")
+        if os.path.exists(out):
+            shutil.rmtree(out) if os.path.isdir(out) else os.remove(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return name, diff, note
+
+
+@torch.no_grad()
+def logit_difference(model, folder, seed=0):
+    """max |logits of model - logits of the transformers model in folder| on one random sequence of block_size."""
+    import transformers
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
+    c = model.config
+    idx = torch.randint(0, c.vocab_size, (1, c.block_size), generator=torch.Generator().manual_seed(seed))
+    return float((model(idx)[0] - hf(idx, use_cache=False).logits).abs().max())
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument('--ckpt', required=True, help='train.py checkpoint (ckpt.pt, best.pt, ckpt_<iter>.pt) or its folder')
+    p.add_argument('--out', required=True, help='the Hugging Face folder to write')
+    p.add_argument('--force', action='store_true', help='replace --out when it exists')
+    args = p.parse_args(argv)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        sys.exit('export_hf.py: error: exporting needs transformers: pip install transformers')
+    try:
+        name, diff, note = export(args.ckpt, args.out, args.force)
+    except ValueError as e:
+        sys.exit(f'export_hf.py: error: {e}')
+    tok = 'with the tokenizer' if note is None else f'without a tokenizer ({note})'
+    print(f"wrote {args.out}: {name} {tok}; logits within {diff:.2g} of the checkpoint's")
+
+
+if __name__ == '__main__':
+    main()
