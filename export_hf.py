@@ -12,7 +12,7 @@ both with attn='softmax', attn_bias=False, sink_token=False and causal_free_pref
 the attention bias, clipped, gated or sigmoid attention, the sink token, RMSNorm-S, no positions, a free prefix, a
 mix such as LayerNorm with rotary positions, GPT-2 without biases) is refused in one line naming what does not fit:
 it would need modeling code of its own, loaded with trust_remote_code=True, which this repository does not write
-(README, "Export to Hugging Face", says why). analyze.py, eval_quant.py and lm_eval_adapter.py evaluate every
+(docs/public-models.md, "Export to Hugging Face", says why). analyze.py, eval_quant.py and lm_eval_adapter.py evaluate every
 variant from the checkpoint itself.
 
 The folder (written as OUT.tmp, checked, then renamed to OUT):
@@ -118,7 +118,7 @@ def hf_tokenizer(record, block_size):
     elif name == 'gpt2':
         path = gpt2_ranks_file()
         if path is None:
-            return None, "GPT-2's BPE ranks file is not on this machine (set GPT2_TIKTOKEN, README 'Data')"
+            return None, "GPT-2's BPE ranks file is not on this machine (set GPT2_TIKTOKEN, docs/data.md)"
         ranks = read_tiktoken_ranks(path)
     elif name.endswith('.tiktoken'):
         try:
@@ -153,7 +153,7 @@ def export(ckpt, out, force=False):
     if problems:
         raise ValueError(f"{ckpt} cannot be written as a stock transformers model: {name}, the closest architecture, "
                          f"does not compute {', '.join(problems)}; that would need modeling code of its own loaded with "
-                         f"trust_remote_code=True, which this repository does not write (README 'Export to Hugging "
+                         f"trust_remote_code=True, which this repository does not write (docs/public-models.md 'Export to Hugging "
                          f"Face'); analyze.py, eval_quant.py and lm_eval_adapter.py evaluate it from the checkpoint")
     eot = (lm.tokenizer or {}).get('eot_token')
     hf = hf_model(lm.model, lm.bos, eot)

@@ -390,7 +390,7 @@ def ensure_data(runs):
         raise SweepError(f"{problem} (the runs read data/{dataset})")
 
 
-H100_MFU = 0.30   # vanilla 60M and 130M steps reached 30-35% of the H100's bf16 peak (README, performance)
+H100_MFU = 0.30   # vanilla 60M and 130M steps reached 30-35% of the H100's bf16 peak (docs/performance.md)
 RUN_OVERHEAD_S = 90   # compilation, the final evaluation, analyze.py and eval_quant.py of one run
 
 

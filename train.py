@@ -9,12 +9,12 @@ attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
     python train.py --help                                    # every config key, its default and meaning
     python train.py config/finetune_smollm2.py                # init_from='hf:...': fine-tune a public model
 
-Every key of DEFAULTS below can be set in a config file or as --key=value (see README, "Config keys").
+Every key of DEFAULTS below can be set in a config file or as --key=value (see docs/training.md, "Config keys").
 Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.pt (lowest validation
 loss so far), ckpt_<iter>.pt (with save_every: a checkpoint kept every N iterations), config.json (resolved
 config), log.jsonl (one JSON event per line), .lock (held while a run uses the folder). SIGINT/SIGTERM write
-a checkpoint and exit; a non-finite loss or a diverging validation loss stops without writing one. README
-"Guarantees" lists what a run promises.
+a checkpoint and exit; a non-finite loss or a diverging validation loss stops without writing one.
+docs/guarantees.md lists what a run promises.
 """
 import contextlib
 import glob
@@ -93,7 +93,7 @@ RANGES = dict(
     n_kv_head='[0, inf)', mlp_hidden='[0, inf)', rope_base='(0, inf)', norm_eps='(0, 1)',
     seed='[0, 4294967295]', clip_gamma='(-inf, 0]', clip_zeta='[1, inf)', muon_lr='(0, inf)', muon_momentum='[0, 1)',
 )
-# one line per key for --help (the README's table says the same at more length)
+# one line per key for --help (docs/training.md's table says the same at more length)
 HELP = dict(
     out_dir='folder of ckpt.pt, best.pt, config.json, log.jsonl',
     init_from="'scratch' (refuses a folder with a checkpoint), 'resume' (continue ckpt.pt), 'auto' (resume if it exists), "
@@ -1123,7 +1123,7 @@ def usage():
             f"       torchrun --standalone --nproc_per_node=N train.py [CONFIG_FILE ...] [--key=value ...]\n\n"
             f"{__doc__.strip().split(chr(10) * 2)[0]}\nConfig files are Python files setting keys; --key=value takes Python "
             f"literals (bare words are strings). Keys, defaults and meanings:\n\n"
-            f"{describe(DEFAULTS, HELP, CHOICES, RANGES)}\n\nREADME.md: 'Config keys' and 'Guarantees'.")
+            f"{describe(DEFAULTS, HELP, CHOICES, RANGES)}\n\ndocs/training.md ('Config keys') and docs/guarantees.md.")
 
 
 def main(argv):

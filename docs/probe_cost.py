@@ -1,4 +1,4 @@
-"""The cost of train.py's probe (README, "Outlier dynamics during training"). Run from the repository root:
+"""The cost of train.py's probe (docs/reproducing.md, "Outlier dynamics during training"). Run from the repository root:
 
     python docs/probe_cost.py config/tiny_cpu.py --init_from=scratch --out_dir=out/cost_tiny   # any train.py arguments
     python docs/probe_cost.py --gpt2_130m         # one probe of GPT-2 130M on the CPU beside a training step

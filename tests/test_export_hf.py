@@ -93,7 +93,7 @@ def test_tiktoken_vocabulary_gives_tiktokens_ids(tmp_path):
 
 def test_gpt2_tokenizer_gives_gpt2_ids(tmp_path):
     if prepare_c4.gpt2_ranks_file() is None:
-        pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see README "Data")')
+        pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see docs/data.md)')
     ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', tokenizer='gpt2', n_embd=16, **GPT2_STYLE)
     export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf')])
     tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'hf'))

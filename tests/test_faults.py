@@ -1,6 +1,6 @@
 """Fault injection on train.py (CPU, a few seconds each): SIGKILL at random moments, corrupt checkpoints, bad
 token ids, a diverging run, two runs on one out_dir, and the paths and files a new user gets wrong (an out_dir
-that is a file or read-only, edited data, only best.pt, a torn log line). README "Guarantees" names these tests."""
+that is a file or read-only, edited data, only best.pt, a torn log line). docs/guarantees.md names these tests."""
 import glob
 import hashlib
 import json

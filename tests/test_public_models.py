@@ -294,7 +294,7 @@ def test_missing_gpt2_vocabulary_says_exactly_what_to_do(tmp_path, monkeypatch, 
 
 def test_real_gpt2_ranks_give_gpt2_ids():
     if prepare_c4.gpt2_ranks_file() is None:
-        pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see README "Data"; .ci/run fetches one)')
+        pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see docs/data.md; .ci/run fetches one)')
     tok = prepare_c4.load_tokenizer('gpt2')
     assert list(tok.encode('Hello world')) == [15496, 995] and list(tok.encode(' the')) == [262]
     assert (tok.vocab_size, tok.eot_token) == (50257, 50256)
