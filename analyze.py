@@ -44,7 +44,8 @@ Conventions (all metrics on the hidden state after each block's residual additio
   Summary numbers are E_m[...]: the unweighted mean of the per-layer values over the M layers.
   kurtosis_norm_ratio_corr_*: Pearson correlation across layers of the per-layer kurtosis and
                norm ratio (Table 9); null when undefined (one layer, or a constant curve).
-  ppl          exp of the mean next-token NLL over every predicted position (t and t+1 in the document).
+  ppl          exp of the mean next-token NLL over every predicted position (t and t+1 in the document; for ours
+               with causal_free_prefix = k, t >= k - 1, as train.py's loss: earlier positions see their target).
 Metrics are running sums per layer (and head): memory does not depend on the number of documents.
 One batch holds every layer's (B, H, T, T) attention map: lower --batch_size for large models.
 
@@ -303,15 +304,22 @@ def data_or_hint(data_dir, hf_spec=None):
                          f"python prepare_c4.py --source offline{tokenizer} --out_dir DIR and pass --data DIR") from None
 
 
-def nll_sum(logits, idx, mask):
-    """(sum of next-token NLL, number of predicted tokens) over positions t with mask[t] and mask[t+1]."""
-    valid = mask[:, :-1] & mask[:, 1:]
-    nll = 0.0
+def seen_targets(lm: LoadedModel):
+    """Positions whose next token the model can see: t < k - 1 for ours with causal_free_prefix = k (the first k
+    tokens attend to each other), as train.py leaves them out of its loss; 0 for every other model."""
+    return max(getattr(lm.model.config, 'causal_free_prefix', 0) - 1, 0) if lm.kind == 'ours' else 0
+
+
+def nll_sum(logits, idx, mask, skip=0):
+    """(sum of next-token NLL, number of predicted tokens) over positions t >= skip with mask[t] and mask[t+1]."""
+    pairs = (mask[:, :-1] & mask[:, 1:]).sum(1)    # a row's predicted positions are a prefix (right padding)
+    nll, count = 0.0, 0
     for b in range(len(idx)):      # one document at a time: its (T, vocab) log-probabilities stay in cache
-        n = int(valid[b].sum())    # valid positions of a row are a prefix (documents are right-padded)
-        if n:
-            nll += float(F.cross_entropy(logits[b, :n].float(), idx[b, 1:n + 1], reduction='sum'))
-    return nll, int(valid.sum())
+        n = int(pairs[b])
+        if n > skip:
+            nll += float(F.cross_entropy(logits[b, skip:n].float(), idx[b, skip + 1:n + 1], reduction='sum'))
+            count += n - skip
+    return nll, count
 
 
 def nll_total(lm: LoadedModel, data_dir, max_docs, batch_size, device, label=None, on_batch=None):
@@ -324,7 +332,7 @@ def nll_total(lm: LoadedModel, data_dir, max_docs, batch_size, device, label=Non
         idx, mask = idx.to(device), mask.to(device)
         if on_batch is not None:
             on_batch(mask)
-        s, n = nll_sum(forward(lm, idx), idx, mask)
+        s, n = nll_sum(forward(lm, idx), idx, mask, seen_targets(lm))
         total, count, docs = total + s, count + n, docs + len(idx)
         progress.update(docs, 0)
     progress.done()
@@ -473,7 +481,7 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
         logits, hidden, attn, sink = forward_trace(lm, idx)
         stats = stats or Stats(len(hidden), attn[0].size(1))
         stats.update(hidden, attn, mask, sink)
-        s, n = nll_sum(logits, idx, mask)
+        s, n = nll_sum(logits, idx, mask, seen_targets(lm))
         stats.nll, stats.n_predicted = stats.nll + s, stats.n_predicted + n
         if 0 in numbers:                                   # the plots show the first document
             example = example_sequence(hidden, attn, mask, numbers.index(0))

@@ -516,3 +516,23 @@ def test_sink_token_model_measures_real_tokens_and_reports_the_sink_apart(docs_d
     assert result['per_layer']['sink_attn_argmax'] == pytest.approx(top / queries, rel=1e-5)
     assert result['sink_max_abs'] > 5 * result['max_abs_first']          # the sink is not among the measured tokens
     assert result['attn_nowhere'] > 0                                     # real keys get less than everything
+
+
+def test_perplexity_leaves_out_the_targets_a_free_prefix_lets_the_model_see(tmp_path):
+    """With causal_free_prefix = k the first k tokens see each other, so positions t < k - 1 see their next
+    token: analyze.py's perplexity leaves them out, as train.py's loss does; counted by hand."""
+    import torch
+    from model import GPT, GPTConfig
+    import analyze
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=12, vocab_size=30, causal_free_prefix=4)).eval()
+    lm = analyze.LoadedModel('x', model, 'ours', None, 12, 30, {})
+    idx = torch.randint(0, 30, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 7:] = False                                # the second document has 7 tokens
+    logits = model(idx)[0]
+    nll, n = analyze.nll_sum(logits, idx, mask, analyze.seen_targets(lm))
+    logp = torch.log_softmax(logits.double(), -1)
+    want = [-logp[0, t, idx[0, t + 1]] for t in range(3, 11)] + [-logp[1, t, idx[1, t + 1]] for t in range(3, 6)]
+    assert analyze.seen_targets(lm) == 3 and n == len(want) == 11
+    assert abs(nll - float(sum(want))) < 1e-6 * len(want) * 10
