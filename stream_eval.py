@@ -167,7 +167,7 @@ def plot(results, path, smooth=64):
     a line per k, the reference in black."""
     plt = _pyplot()
     windows = sorted({r['window'] for res in results for r in res['runs']})
-    fig, axes = plt.subplots(len(results), len(windows), figsize=(5.2 * len(windows), 3.4 * len(results)),
+    fig, axes = plt.subplots(len(results), len(windows), figsize=(4.4 * len(windows), 2.9 * len(results)),
                              squeeze=False, sharey='row', layout='constrained')
     sinks = sorted({r['sinks'] for res in results for r in res['runs']})
     for row, res in zip(axes, results):
@@ -176,8 +176,9 @@ def plot(results, path, smooth=64):
             x = np.arange(len(ref)) + smooth // 2 + 1
             ax.plot(x, ref, color='black', lw=1.2, label=f"no window ({res['reference']['method']})")
             for r in (r for r in res['runs'] if r['window'] == w):
-                color = f'C{sinks.index(r["sinks"])}'
-                ax.plot(x, moving_average(r['nll'], smooth), color=color, lw=1.0,
+                i = sinks.index(r['sinks'])
+                color = f'C{i}'
+                ax.plot(x, moving_average(r['nll'], smooth), color=color, lw=1.0, ls=('-', '--', '-.', ':')[i % 4],
                         label=f"k={r['sinks']}: PPL {r['ppl']:.2f}")
                 ax.axvline(r['cache'] + 1, color=color, ls=':', lw=0.8)
             ax.set(title=f"{run_label(res['model'])}, W={w}", xlabel='position in the stream')
