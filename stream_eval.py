@@ -55,9 +55,9 @@ from prepare_c4 import PrepareError, read_json, write_json
 
 @torch.no_grad()
 def stream_nll(model, tokens, window, sinks):
-    """(nll, cache, kept) of a stream (1-d int64 tensor) fed one token at a time to model (a GPT in eval mode), the cache
-    holding the first `sinks` tokens and the `window` most recent ones: nll[t - 1] = -log p(tokens[t] | the cache
-    after tokens[t - 1]) as a float64 array; the final KVCache, and the stream positions of the tokens it holds."""
+    """(nll, cache, kept) of a stream (1-d int64 tensor) fed one token at a time to model (a GPT in eval mode), the
+    cache holding the first `sinks` tokens and the `window` most recent ones: nll[t - 1] = -log p(tokens[t] | the
+    cache after tokens[t - 1]) as a float64 array; the final KVCache, and the stream positions of the tokens it holds."""
     cfg, n = model.config, len(tokens)
     fixed = cfg.sink_token + sinks                     # cache entries never evicted
     capacity = fixed + window
