@@ -79,7 +79,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Iterator
 
 import numpy as np
@@ -157,6 +157,19 @@ def wrap_hf(model, name: str, block_size: int | None = None, tokenizer: dict | N
                   n_params=sum(p.numel() for p in model.parameters()))
     return LoadedModel(name, model.eval(), 'hf', bos, _block_size(name, block_size, max_len, HF_BLOCK_SIZE),
                        c.vocab_size, config, tokenizer)
+
+
+def load_gpt(spec: str, device: str = 'cpu') -> LoadedModel:
+    """load_model, but a Hugging Face model is copied into this repository's GPT (GPT.from_hf: GPT-2 and Llama
+    families, at their full length), so that code written for GPT runs on every model (the KV cache of sample.py
+    and stream_eval.py). kind is 'ours' either way; the tokenizer record, BOS and name are load_model's."""
+    lm = load_model(spec, 'cpu')
+    if lm.kind == 'hf':
+        lm.model = GPT.from_hf(lm.model)
+        lm.kind, lm.block_size = 'ours', lm.model.config.block_size
+        lm.config = dict(asdict(lm.model.config), model_type=lm.config['model_type'], n_params=lm.model.num_params())
+    lm.model = lm.model.to(device)
+    return lm
 
 
 def choose_bos(lm: LoadedModel, choice: str, meta: dict) -> LoadedModel:
@@ -846,6 +859,16 @@ def make_folder(path, option):
                          f"choose another path") from None
 
 
+def check_ckpt(c):
+    """--ckpt is a train.py checkpoint or its out_dir (Hugging Face names go to --init_from): a one-line ValueError
+    before any model is loaded."""
+    if not os.path.exists(c):
+        raise ValueError(f"--ckpt {c}: not found, no such file or folder (--ckpt takes a train.py checkpoint "
+                         f"or its out_dir)")
+    if os.path.isdir(c) and not os.path.isfile(os.path.join(c, 'ckpt.pt')):
+        raise ValueError(f"--ckpt {c}: the folder holds no ckpt.pt (pass best.pt's path for the best checkpoint)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
@@ -889,12 +912,8 @@ def main(argv=None):
         specs = args.ckpt + args.init_from
         if not specs:
             p.error('nothing to analyse: give --ckpt PATH..., --init_from NAME... or --table JSON...')
-        for c in args.ckpt:   # --ckpt is a train.py checkpoint; Hugging Face names go to --init_from
-            if not os.path.exists(c):
-                raise ValueError(f"--ckpt {c}: not found, no such file or folder (--ckpt takes a train.py checkpoint "
-                                 f"or its out_dir)")
-            if os.path.isdir(c) and not os.path.isfile(os.path.join(c, 'ckpt.pt')):
-                raise ValueError(f"--ckpt {c}: the folder holds no ckpt.pt (pass best.pt's path for the best checkpoint)")
+        for c in args.ckpt:
+            check_ckpt(c)
         if args.json and args.json.endswith('.json') and len(specs) > 1:
             raise ValueError(f"--json {args.json} is one file but {len(specs)} models were given: pass a folder")
         device = choose_device(args.device)

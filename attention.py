@@ -2,7 +2,7 @@
 
     from attention import attention, attention_probs
     y = attention(q, k, v, config, dropout_p, sink)      # training path; q, k, v (B, H, T, d)
-    p = attention_probs(q, k, config, sink_logit)        # analysis path: (B, H, T, T) fp32 probabilities
+    p = attention_probs(q, k, config, sink_logit)        # analysis and KV-cache path: (B, H, T, S) fp32 probabilities
 
 Variants (GPTConfig.attn, GPTConfig.attn_bias):
   softmax    F.scaled_dot_product_attention (flash, memory-efficient or cuDNN on CUDA; flash on CPU).
@@ -38,12 +38,14 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 
-def attention_mask(T, prefix, device):
-    """Boolean (T, T) mask, True = may attend: causal, except the first `prefix` tokens see each other."""
-    i = torch.arange(T, device=device)
-    mask = i[None, :] <= i[:, None]
+def attention_mask(T, prefix, device, S=None):
+    """Boolean (T, S) mask, True = may attend: causal, except the first `prefix` tokens see each other. The T
+    queries are the last T of the S positions (S = T by default; S > T when decoding with a KV cache)."""
+    S = T if S is None else S
+    i, j = torch.arange(S - T, S, device=device), torch.arange(S, device=device)
+    mask = j[None, :] <= i[:, None]
     if prefix:
-        mask[:prefix, :prefix] = True
+        mask |= (i[:, None] < prefix) & (j[None, :] < prefix)
     return mask
 
 
@@ -113,10 +115,10 @@ def sink_logit(q, key):
 
 
 def attention_probs(q, k, config, sink=None):
-    """Eager attention probabilities (B, H, T, T) over the real keys, fp32. Softmax-1 and attn_bias (sink =
-    its (key, value)) rows sum to < 1, the rest going to the sink; sigmoid and clipped rows need not sum to 1."""
-    T = q.size(2)
-    visible = attention_mask(T, config.causal_free_prefix, q.device)
+    """Eager attention probabilities (B, H, T, S) over the real keys, fp32; S = T, or S > T for the last T queries
+    of S positions (decoding with a KV cache). Softmax-1 and attn_bias (sink = its (key, value)) rows sum to < 1,
+    the rest going to the sink; sigmoid and clipped rows need not sum to 1."""
+    visible = attention_mask(q.size(2), config.causal_free_prefix, q.device, k.size(2))
     scores = ((q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))).float()
     if config.attn == 'sigmoid':
         return torch.sigmoid(scores + sigmoid_bias(config)).masked_fill(~visible, 0.0)

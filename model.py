@@ -4,6 +4,8 @@
     model = GPT(GPTConfig(attn='softmax1', norm='rmsnorm_single', bias=False))
     logits, loss = model(idx, targets)                     # training path (fused kernels)
     logits, loss, trace = model(idx, analysis=True)        # + per-layer hidden states, attention
+    logits, cache = model.forward_cached(idx)              # decoding: new tokens after a KV cache (KVCache)
+    logits, cache = model.forward_cached(next_idx, cache)
 
 Attention (attention.py) is softmax or the paper's softmax-1, exp(x_i) / (1 + sum_j exp(x_j)), and, to
 compare them with other published fixes on equal terms: clipped softmax and gated attention (Bondarenko
@@ -176,22 +178,30 @@ class CausalSelfAttention(nn.Module):
             self.bias_k = nn.Parameter(torch.zeros(1, config.n_head, 1, head))
             self.bias_v = nn.Parameter(torch.zeros(1, config.n_head, 1, head))
 
-    def forward(self, x, rotary, trace):
+    def forward(self, x, rotary, trace, kv=None):
+        """kv (decoding, GPT.forward_cached): this layer's [keys, values] of the earlier tokens (None, None when
+        there are none), which x's tokens follow; replaced by the keys and values of all of them."""
         B, T, C = x.shape
         kv_dim = self.n_kv_head * self.head_dim
         q, k, v = self.c_attn(x).split((C, kv_dim, kv_dim), dim=2)
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k, v = (t.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2) for t in (k, v))
-        if rotary is not None:
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if kv is not None:    # keys are cached before rotary, so that a cache's positions can be reassigned
+            if kv[0] is not None:
+                k, v = torch.cat((kv[0], k), dim=2), torch.cat((kv[1], v), dim=2)
+            kv[:] = k, v
+        if rotary is not None:    # the T queries hold the last T of the S = k.size(2) positions
+            S, (cos, sin) = k.size(2), rotary
+            q, k = apply_rotary(q, cos[S - T:S], sin[S - T:S]), apply_rotary(k, cos, sin)
         if self.n_kv_head != self.n_head:   # key/value head j serves query heads j*g .. j*g + g-1
             k, v = (t.repeat_interleave(self.n_head // self.n_kv_head, dim=1) for t in (k, v))
         sink = (self.bias_k, self.bias_v) if self.config.attn_bias else None
-        if trace is None:
+        if trace is None and kv is None:
             y = attention(q, k, v, self.config, self.config.dropout if self.training else 0.0, sink)
-        else:
+        else:    # analysis and decoding: eager probabilities, (B, H, T, S)
             probs = attention_probs(q, k, self.config, sink)
-            trace['attn'].append(probs)
+            if trace is not None:
+                trace['attn'].append(probs)
             y = probs @ v.float()
             if sink is not None:   # the rest of each row's mass went to the bias value
                 y = y + (1 - probs.sum(-1, keepdim=True)) * self.bias_v.float()
@@ -230,10 +240,31 @@ class Block(nn.Module):
         self.ln_2 = make_norm(config)
         self.mlp = MLP(config)
 
-    def forward(self, x, rotary, trace=None):
-        x = x + self.attn(self.ln_1(x), rotary, trace)
+    def forward(self, x, rotary, trace=None, kv=None):
+        x = x + self.attn(self.ln_1(x), rotary, trace, kv)
         x = x + self.mlp(self.ln_2(x))
         return x
+
+
+class KVCache:
+    """The keys and values of every token a model has seen, per layer, for decoding (GPT.forward_cached): layers[m] =
+    [keys, values], each (B, n_kv_head, S, head_dim), keys before rotary. A token's position is its index in the
+    cache (a model's learnt sink token is index 0): append-only decoding gives every token its place in the sequence,
+    and after keep() the rest move up. With rotary the cached keys are rotated again at every call, so the kept
+    tokens take their new positions; absolute position embeddings enter at the input, so a cached token keeps the
+    position it was computed at; pos_emb='none' has no positions."""
+
+    def __init__(self, n_layer):
+        self.layers = [[None, None] for _ in range(n_layer)]
+
+    def __len__(self):
+        return 0 if self.layers[0][0] is None else self.layers[0][0].size(2)
+
+    def keep(self, index):
+        """Keep only the cached tokens at these indices (a list or 1-d tensor), in that order (eviction)."""
+        index = torch.as_tensor(index, dtype=torch.long, device=self.layers[0][0].device)
+        for kv in self.layers:
+            kv[:] = kv[0].index_select(2, index), kv[1].index_select(2, index)
 
 
 class GPT(nn.Module):
@@ -392,6 +423,36 @@ class GPT(nn.Module):
                 targets[:, :cfg.causal_free_prefix - 1] = -1
             loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return (logits, loss, trace) if analysis else (logits, loss)
+
+    def forward_cached(self, idx, cache=None):
+        """Decoding with a KV cache: (logits (B, T, vocab) of the tokens idx (B, T), the cache) where idx follows the
+        tokens already in `cache` (a KVCache; None starts one, with the sink token first when the model has one), which
+        gets idx's keys and values appended. Token i of idx takes position len(cache) + i, its index in the cache (see
+        KVCache). Attention is eager (attention_probs, every variant), so an uninterrupted cache gives forward()'s
+        logits of the same positions up to rounding. Inference only: no dropout. ValueError (one line) when the cache
+        would exceed the model's positions (block_size, plus the sink token), or when a causal_free_prefix model's
+        first call holds fewer tokens than its prefix (they attend to each other)."""
+        cfg = self.config
+        cache = KVCache(cfg.n_layer) if cache is None else cache
+        start, T = len(cache), idx.size(1)
+        if start == 0 and T < cfg.causal_free_prefix:
+            raise ValueError(f"the first {cfg.causal_free_prefix} tokens attend to each other (causal_free_prefix): "
+                             f"the first forward_cached call needs them all, got {T}")
+        x = self.transformer.wte(idx)
+        if cfg.sink_token and start == 0:
+            x = torch.cat((self.sink.expand(idx.size(0), 1, -1).to(x.dtype), x), dim=1)
+        end = start + x.size(1)
+        if end > cfg.block_size + cfg.sink_token:
+            raise ValueError(f"a KV cache of {end - cfg.sink_token} tokens exceeds block_size {cfg.block_size}, the "
+                             f"positions this model has")
+        if cfg.pos_emb == 'absolute':
+            x = x + self.transformer.wpe(torch.arange(start, end, device=idx.device))
+        rotary = (self.rope_cos[:end], self.rope_sin[:end]) if cfg.pos_emb == 'rotary' else None
+        for block, kv in zip(self.transformer.h, cache.layers):
+            x = block(x, rotary, None, kv)
+        if cfg.sink_token and start == 0:
+            x = x[:, 1:]
+        return self.lm_head(self.transformer.ln_f(x))[..., :cfg.vocab_size], cache
 
 
 # ----------------------------------------------------------------------------- public models

@@ -139,6 +139,7 @@ class Tokenizer:
     eos_token: int | None = None  # its end-of-text token, if it has one
     add_bos: bool = False  # whether the tokenizer itself starts every text with bos_token (Llama-2)
     eot_text: str | None = None  # the separator as text, if it is a token of the vocabulary
+    decode: Callable[[list[int]], str] | None = None  # ids -> text (sample.py); None where it cannot
 
     @property
     def dtype(self):
@@ -227,7 +228,7 @@ def load_gpt2() -> Tokenizer:
                 f"-C whisper_src, then export GPT2_TIKTOKEN=$PWD/whisper_src/openai_whisper-20250625/whisper/assets/"
                 f"gpt2.tiktoken (or put vocab.bpe and encoder.json in TIKTOKEN_CACHE_DIR, or pass --tokenizer bytes)") from None
     return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, enc.encode_ordinary, R50K_SHA256 if path else None,
-                     eos_token=enc.eot_token, eot_text=EOT_TEXT)
+                     eos_token=enc.eot_token, eot_text=EOT_TEXT, decode=enc.decode)
 
 
 def gguf_metadata(path: str) -> dict:
@@ -310,7 +311,8 @@ def load_hf_tokenizer(spec: str) -> Tokenizer:
     with_specials = hf("a", add_special_tokens=True)["input_ids"]
     add_bos = hf.bos_token_id is not None and bool(with_specials) and with_specials[0] == hf.bos_token_id
     name = "hf:" + (os.path.abspath(spec) if os.path.exists(spec) else spec)
-    return Tokenizer(name, size, eot, encode, fingerprint, hf.bos_token_id, hf.eos_token_id, add_bos, eot_text)
+    return Tokenizer(name, size, eot, encode, fingerprint, hf.bos_token_id, hf.eos_token_id, add_bos, eot_text,
+                     lambda ids: hf.decode([i for i in ids if i < len(hf)]))
 
 
 def load_tokenizer(spec: str) -> Tokenizer:
@@ -323,7 +325,9 @@ def load_tokenizer(spec: str) -> Tokenizer:
             print(f"warning: {e}; using --tokenizer bytes", file=sys.stderr)
             return load_tokenizer("bytes")
     if spec == "bytes":
-        return Tokenizer("bytes", 257, 256, lambda text: np.frombuffer(text.encode("utf-8"), np.uint8))
+        return Tokenizer("bytes", 257, 256, lambda text: np.frombuffer(text.encode("utf-8"), np.uint8),
+                         decode=lambda ids: b"".join(bytes([i]) if i < 256 else EOT_TEXT.encode() for i in ids)
+                         .decode("utf-8", errors="replace"))
     if spec == "gpt2":
         return load_gpt2()
     if spec.startswith("hf:"):
@@ -335,7 +339,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
                                 special_tokens={EOT_TEXT: len(ranks)})
         sha = hashlib.sha256(Path(spec).read_bytes()).hexdigest()
         return Tokenizer(str(Path(spec).resolve()), len(ranks) + 1, len(ranks), enc.encode_ordinary, sha,
-                         eos_token=len(ranks), eot_text=EOT_TEXT)
+                         eos_token=len(ranks), eot_text=EOT_TEXT, decode=enc.decode)
     raise PrepareError(f"--tokenizer {spec!r}: expected gpt2, bytes, hf:NAME_OR_DIR, hf:FILE.gguf or a path "
                        f"ending in .tiktoken")
 

@@ -114,3 +114,18 @@ def test_data_in_another_vocabulary_is_refused(smol, tmp_path):
     with pytest.raises(ValueError, match=f'--tokenizer hf:{path}') as e:
         analyze.check_data(str(wrong), lm)
     assert '\n' not in str(e.value)
+
+
+def test_greedy_generation_with_the_cache_equals_full_forwards(smol):
+    """SmolLM2 (grouped-query attention, rotary base 100,000, 30 layers) through sample.generate's KV cache: the same
+    12 greedy tokens as a full forward pass per token, and the cached logits of the prompt equal the full forward's."""
+    import sample
+    _, hf, tok, _ = smol
+    ours = GPT.from_hf(hf, block_size=64)
+    idx = torch.tensor([[tok.bos_token] + list(tok.encode(SENTENCES[1]))])
+    with torch.no_grad():
+        assert (ours.forward_cached(idx)[0] - ours(idx)[0]).abs().max() <= 1e-4
+        expected = idx
+        for _ in range(12):
+            expected = torch.cat((expected, ours(expected)[0][:, -1:].argmax(-1)), dim=1)
+        assert torch.equal(sample.generate(ours, idx, 12, temperature=0), expected)
