@@ -2,7 +2,7 @@
 
     from attention import attention, attention_probs
     y = attention(q, k, v, config, dropout_p, sink)      # training path; q, k, v (B, H, T, d)
-    p = attention_probs(q, k, config, sink_logit)        # analysis and KV-cache path: (B, H, T, S) fp32 probabilities
+    p = attention_probs(q, k, config, sink)              # analysis and KV-cache path: (B, H, T, S) fp32 probabilities
 
 Variants (GPTConfig.attn, GPTConfig.attn_bias):
   softmax    F.scaled_dot_product_attention (flash, memory-efficient or cuDNN on CUDA; flash on CPU).
