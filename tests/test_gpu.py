@@ -36,6 +36,22 @@ def rel_err(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
 
 
+def assert_matches_formula(y, got, x, sink, dy, cfg):
+    """y = attention of x's q, k, v views and got = the gradients of x (and the sink's key and value) against the
+    float64 formula on the CPU: max error / max |reference| <= 1e-5 in fp32 (IEEE), 2e-2 in bf16 / fp16."""
+    B, T = x.shape[:2]
+    H, d = dy.shape[1], dy.shape[3]
+    x64 = x.detach().double().cpu().requires_grad_()
+    sink64 = tuple(s.detach().double().cpu().requires_grad_() for s in sink) if sink else None
+    ref = reference_attention(*(t.view(B, T, H, d).transpose(1, 2) for t in x64.split(H * d, dim=2)), cfg,
+                              sink=sink64)
+    want = torch.autograd.grad(ref, [x64] + (list(sink64) if sink64 else []), dy.double().cpu())
+    tol = 1e-5 if x.dtype == torch.float32 else 2e-2
+    assert rel_err(y.cpu(), ref) <= tol
+    for a, b in zip(got, want):
+        assert rel_err(a.cpu(), b) <= tol
+
+
 # ----------------------------------------------------------------------------- softmax-1 on each kernel
 @pytest.mark.parametrize('dtype', ['bfloat16', 'float16', 'float32'])
 @pytest.mark.parametrize('prefix', [0, 4])
@@ -69,15 +85,7 @@ def test_sink_route_on_each_backend_matches_formula(variant, backend, prefix, dt
             pytest.skip(f'{backend} not available for {dtype} prefix={prefix} (SDPA chose {chosen})')
         y = attention_module.sink_route(q, k, v, prefix, sink)
         got = torch.autograd.grad(y, leaves, dy)
-    x64 = x.detach().double().cpu().requires_grad_()
-    sink64 = tuple(s.detach().double().cpu().requires_grad_() for s in sink) if sink else None
-    ref = reference_attention(*(t.view(B, T, H, d).transpose(1, 2) for t in x64.split(H * d, dim=2)), cfg,
-                              sink=sink64)
-    want = torch.autograd.grad(ref, [x64] + (list(sink64) if sink64 else []), dy.double().cpu())
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
-    assert rel_err(y.cpu(), ref) <= tol
-    for a, b in zip(got, want):
-        assert rel_err(a.cpu(), b) <= tol
+    assert_matches_formula(y, got, x, sink, dy, cfg)
 
 
 def test_bf16_training_shapes_take_a_fused_kernel():
@@ -117,15 +125,7 @@ def test_triton_sink_kernel_matches_formula(variant, prefix, T, dtype):
     y = attention(q, k, v, cfg, 0.0, sink)
     assert y.stride() == (T * H * d, d, H * d, 1)    # laid out as (B, T, H, d) for the model's view
     got = torch.autograd.grad(y, leaves, dy)
-    x64 = x.detach().double().cpu().requires_grad_()
-    sink64 = tuple(s.detach().double().cpu().requires_grad_() for s in sink) if sink else None
-    ref = reference_attention(*(t.view(B, T, H, d).transpose(1, 2) for t in x64.split(H * d, dim=2)), cfg,
-                              sink=sink64)
-    want = torch.autograd.grad(ref, [x64] + (list(sink64) if sink64 else []), dy.double().cpu())
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
-    assert rel_err(y.cpu(), ref) <= tol
-    for a, b in zip(got, want):
-        assert rel_err(a.cpu(), b) <= tol
+    assert_matches_formula(y, got, x, sink, dy, cfg)
 
 
 @pytest.mark.skipif(not CUDA, reason='the Triton kernel runs on CUDA')
