@@ -112,11 +112,15 @@ def sink_logit(q, key):
     return (q.float() * key.float()).sum(-1) / math.sqrt(q.size(-1))
 
 
-def attention_probs(q, k, config, sink=None):
+def attention_probs(q, k, config, sink=None, hide_first=None):
     """Eager attention probabilities (B, H, T, T) over the real keys, fp32. Softmax-1 and attn_bias (sink =
-    its (key, value)) rows sum to < 1, the rest going to the sink; sigmoid and clipped rows need not sum to 1."""
+    its (key, value)) rows sum to < 1, the rest going to the sink; sigmoid and clipped rows need not sum to 1.
+    hide_first: the position of the first token, whose key no other query may see (intervene.py), or None."""
     T = q.size(2)
     visible = attention_mask(T, config.causal_free_prefix, q.device)
+    if hide_first is not None and hide_first < T:
+        visible[:, hide_first] = False
+        visible[hide_first, hide_first] = True     # the first token's own row keeps it: it may see nothing else
     scores = ((q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))).float()
     if config.attn == 'sigmoid':
         return torch.sigmoid(scores + sigmoid_bias(config)).masked_fill(~visible, 0.0)
