@@ -474,13 +474,16 @@ def default_batch_size(device):
 
 
 def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str, quiet=False,
-            sink_eps=SINK_EPS):
-    """(JSON-ready result dict, plot data of the first document) for one model; quiet: no progress lines."""
+            sink_eps=SINK_EPS, on_batch=None):
+    """(JSON-ready result dict, plot data of the first document) for one model; quiet: no progress lines.
+    on_batch(mask), when given, sees each batch's real-token mask before the forward pass."""
     meta = check_data(data_dir, lm)
     stats, example, docs = None, None, 0
     progress = Progress(run_label(lm.name), target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
     for idx, mask, numbers in numbered_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
         idx, mask = idx.to(device), mask.to(device)
+        if on_batch is not None:
+            on_batch(mask)
         logits, hidden, attn, sink = forward_trace(lm, idx)
         stats = stats or Stats(len(hidden), attn[0].size(1), sink_eps)
         stats.update(hidden, attn, mask, sink)

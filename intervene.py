@@ -9,9 +9,9 @@ tokenizer check, --data default and metrics) over the model with the interventio
 analyze.py is also measured under it; the table shows perplexity and the first token's numbers.
 
   none            the model as it is: the reference, whose first-token hidden states choose the channels.
-  zero            massive activations set to 0: at the output of every block (the residual stream X_m, after the
-                  block's residual additions, as analyze.py measures it), the first token's chosen channels of
-                  that layer (below) are set to 0. Later layers see the changed stream.
+  zero            the first token's largest channels (its massive activations, where it has any) set to 0: at the
+                  output of every block (the residual stream X_m, after the block's residual additions, as
+                  analyze.py measures it), the channels chosen for that layer (below). Later layers see the change.
   mean            the same channels set to their mean over the documents (the reference pass's first tokens).
                   Sun et al. (2024) find that the mean keeps the perplexity and zero ruins it: the value acts as a
                   fixed bias. With a BOS the first token is the same token with the same causal context in every
@@ -25,16 +25,17 @@ the first real token. Public models (--init_from) are loaded as analyze.py does,
 repository's GPT (GPT.from_hf: GPT-2 and Llama families, the other ones are refused in one line), which holds
 the interventions.
 
-Channels. Sun et al. call an activation massive when |x| > 100 and > 1000 times the median |x| of its hidden state;
-large models have a few such channels at the starting token, small ones none. The rule here works at any size:
-per layer m, the --k channels (default 2) with the largest mean |X_{m,0,d}| over the documents of the reference
-pass, the same channels for every document. Whether they pass Sun et al.'s bar is reported per layer.
+Channels. Sun et al. call an activation massive when |x| > 100 and about 1000 times the median |x| of the hidden
+state (over its tokens and channels); large models have a few such channels at the starting token, small ones
+none. The rule here works at any size: per layer m, the --k channels (default 2) with the largest mean
+|X_{m,0,d}| over the documents of the reference pass, the same channels for every document. Whether they pass
+Sun et al.'s bar, against the median |x| of each document's X_m (every real token and channel), is reported.
 
 --json PATH: {"format": 1, "k", "sink_eps", "interventions": [names], "models": [{"model" (the spec), "label",
 "kind" ("ours" | "hf": how it was loaded), "config", "data" (analyze.py's data record), "channels": {"channels"
 (per layer, the k channel indices, largest mean |x| first), "mean_abs" (per layer, their mean |X_{m,0,d}|),
-"mean" (their mean value, what `mean` writes), "median_abs" (per layer, the mean over documents of the first
-token's median |x|), "massive" (per layer, per channel: mean_abs > 100 and > 1000 median_abs), "random" (per
+"mean" (their mean value, what `mean` writes), "median_abs" (per layer, the mean over documents of the median
+|x| of the document's X_m), "massive" (per layer, per channel: mean_abs > 100 and > 1000 median_abs), "random" (per
 layer, zero_random's channels)}, "results": {name: {analyze.py's summary keys (ppl, kurtosis_first, ...,
 first_attn_argmax, first_attn_mass, attn_nowhere, sink_rate, sink_eps) and per_layer lists, "delta_ppl"
 (ppl - ppl of none), "seconds"}}}]}; a non-finite number is null. It is rewritten after each model; its folder is
@@ -58,10 +59,6 @@ INTERVENTIONS = ('none', 'zero', 'mean', 'zero_random', 'mask_first_key')
 MASSIVE_ABS, MASSIVE_RATIO = 100.0, 1000.0     # Sun et al.'s bar: |x| > 100 and > 1000 x the median |x|
 
 
-def blocks_of(model):
-    return model.transformer.h
-
-
 @contextmanager
 def edited(model, edit=None, hide_first_key=False):
     """The model with an intervention in place, restored on exit. edit: per layer (channels (k,) long, values (k,))
@@ -75,36 +72,37 @@ def edited(model, edit=None, hide_first_key=False):
             x[:, first, channels.to(x.device)] = values.to(x.device, x.dtype)
             return x
         return hook
-    for block, (channels, values) in zip(blocks_of(model), edit or ()):
+    for block, (channels, values) in zip(model.transformer.h, edit or ()):
         hooks.append(block.register_forward_hook(write(channels, values)))
-    for block in blocks_of(model):
+    for block in model.transformer.h:
         block.attn.hide_first_key = hide_first_key
     try:
         yield model
     finally:
         for h in hooks:
             h.remove()
-        for block in blocks_of(model):
+        for block in model.transformer.h:
             block.attn.hide_first_key = False
 
 
 @contextmanager
 def first_token_sums(model):
-    """Running sums over documents of the first token's hidden state after every block: {'n', 'x', 'abs',
-    'median_abs'} (per layer, float64), filled by every forward pass inside the context."""
+    """Running sums over documents, per layer (float64), of the hidden state after every block: 'x' and 'abs' of the
+    first token (C values), 'median_abs' of the median |x| of the document (every real token and channel), and
+    'n' documents; filled by every forward pass inside the context, whose real-token mask goes to sums['mask']."""
     first, n_layer = int(model.config.sink_token), model.config.n_layer
-    sums = {'n': 0, 'x': [0.0] * n_layer, 'abs': [0.0] * n_layer, 'median_abs': [0.0] * n_layer}
+    sums = {'n': 0, 'x': [0.0] * n_layer, 'abs': [0.0] * n_layer, 'median_abs': [0.0] * n_layer, 'mask': None}
 
     def record(m):
         def hook(module, inputs, x):
-            h = x[:, first].detach().double()                         # (B, C): every row is a document
-            sums['x'][m] = sums['x'][m] + h.sum(0).cpu()
-            sums['abs'][m] = sums['abs'][m] + h.abs().sum(0).cpu()
-            sums['median_abs'][m] += h.abs().median(-1).values.sum().item()
+            h, mask = x[:, first:].detach(), sums['mask']                 # (B, T, C); every row is a document
+            sums['x'][m] = sums['x'][m] + h[:, 0].double().sum(0).cpu()
+            sums['abs'][m] = sums['abs'][m] + h[:, 0].double().abs().sum(0).cpu()
+            sums['median_abs'][m] += sum(h[b][mask[b]].abs().median().item() for b in range(len(h)))
             if m == 0:
                 sums['n'] += len(h)
         return hook
-    hooks = [b.register_forward_hook(record(m)) for m, b in enumerate(blocks_of(model))]
+    hooks = [b.register_forward_hook(record(m)) for m, b in enumerate(model.transformer.h)]
     try:
         yield sums
     finally:
@@ -156,12 +154,12 @@ def intervene(lm: analyze.LoadedModel, data_dir, max_docs, batch_size, device, k
     model, results = lm.model, {}
     if k > model.config.n_embd:
         raise ValueError(f"--k {k} exceeds the width of {lm.name} ({model.config.n_embd} channels)")
-    measure = lambda: analyze.analyze(lm, data_dir, max_docs, batch_size, device, quiet=quiet, sink_eps=sink_eps)[0]
+    measure = lambda **kw: analyze.analyze(lm, data_dir, max_docs, batch_size, device, quiet, sink_eps, **kw)[0]
     for name in ('none',) + tuple(n for n in names if n != 'none'):
         t0 = time.time()
         if name == 'none':
             with first_token_sums(model) as sums:
-                result = measure()
+                result = measure(on_batch=lambda mask: sums.update(mask=mask))
             channels, data = choose_channels(sums, k), result['data']
         else:
             with edited(model, edit_for(name, channels), hide_first_key=name == 'mask_first_key'):
@@ -205,7 +203,7 @@ def channel_summary(m):
     ratio = [a[0] / med if med > 0 else math.inf for a, med in zip(c['mean_abs'], c['median_abs'])]
     massive = layer_ranges(any(x) for x in c['massive'])
     return (f"{m['label']}: largest first-token channel per layer, mean |x| {min(a[0] for a in c['mean_abs']):.3g} to "
-            f"{max(a[0] for a in c['mean_abs']):.3g}, {min(ratio):.3g} to {max(ratio):.3g} x the median |x|; massive "
+            f"{max(a[0] for a in c['mean_abs']):.3g}, {min(ratio):.3g} to {max(ratio):.3g} x the documents' median |x|; massive "
             f"(> {MASSIVE_ABS:g} and > {MASSIVE_RATIO:g} x median) in layers {massive or 'none'}")
 
 

@@ -97,9 +97,10 @@ def test_mean_replacement_writes_each_layers_mean_over_documents(docs_dir):
     with torch.no_grad():
         model.transformer.wte.weight[:VOCAB, CHANNEL] += torch.linspace(-300, 300, VOCAB)
     docs = documents()
-    firsts = [[] for _ in range(3)]
+    firsts, medians = [[] for _ in range(3)], [[] for _ in range(3)]
     for d in docs:
-        hand_forward(model, d[None], lambda m, x: firsts[m].append(x[0, 0].double().clone()))
+        hand_forward(model, d[None], lambda m, x: (firsts[m].append(x[0, 0].double().clone()),
+                                                   medians[m].append(x.abs().median().item())))
     mean = [torch.stack(f).mean(0) for f in firsts]
     top2 = [torch.stack(f).abs().mean(0).argsort(descending=True)[:2] for f in firsts]
 
@@ -108,6 +109,7 @@ def test_mean_replacement_writes_each_layers_mean_over_documents(docs_dir):
     channels, results, _ = run(model, docs_dir, k=2, names=('mean',))
     assert [c for c in channels['channels']] == [t.tolist() for t in top2] and top2[0][0] == CHANNEL
     assert channels['mean'] == [pytest.approx(mean[m][top2[m]].tolist(), rel=1e-6) for m in range(3)]
+    assert channels['median_abs'] == pytest.approx([np.mean(v) for v in medians], rel=1e-6)   # whole documents
     assert results['mean']['ppl'] == pytest.approx(ppl_of(lambda idx: hand_forward(model, idx, replace), docs), rel=1e-5)
     assert abs(results['mean']['ppl'] / results['none']['ppl'] - 1) > 1e-4
     assert results['mean']['max_abs_first'] < 0.8 * results['none']['max_abs_first']    # |mean| < mean |x|
