@@ -29,17 +29,19 @@ Channels. Sun et al. call an activation massive when |x| > 100 and about 1000 ti
 state (over its tokens and channels); large models have a few such channels at the starting token, small ones
 none. The rule here works at any size: per layer m, the --k channels (default 2) with the largest mean
 |X_{m,0,d}| over the documents of the reference pass, the same channels for every document. Whether they pass
-Sun et al.'s bar, against the median |x| of each document's X_m (every real token and channel), is reported.
+Sun et al.'s bar, against the median |x| of each document's X_m (every real token and channel), is reported;
+with --massive_only only the channels that pass it are changed, in the layers where they do (nothing elsewhere),
+and zero_random changes as many random channels in the same layers.
 
---json PATH: {"format": 1, "k", "sink_eps", "interventions": [names], "models": [{"model" (the spec), "label",
-"kind" ("ours" | "hf": how it was loaded), "config", "data" (analyze.py's data record), "channels": {"channels"
-(per layer, the k channel indices, largest mean |x| first), "mean_abs" (per layer, their mean |X_{m,0,d}|),
-"mean" (their mean value, what `mean` writes), "median_abs" (per layer, the mean over documents of the median
-|x| of the document's X_m), "massive" (per layer, per channel: mean_abs > 100 and > 1000 median_abs), "random" (per
-layer, zero_random's channels)}, "results": {name: {analyze.py's summary keys (ppl, kurtosis_first, ...,
-first_attn_argmax, first_attn_mass, attn_nowhere, sink_rate, sink_eps) and per_layer lists, "delta_ppl"
-(ppl - ppl of none), "seconds"}}}]}; a non-finite number is null. It is rewritten after each model; its folder is
-created before the first model runs.
+--json PATH: {"format": 1, "k", "massive_only", "sink_eps", "interventions": [names], "models": [{"model" (the
+spec), "label", "kind" ("ours" | "hf": how it was loaded), "config", "data" (analyze.py's data record),
+"channels": {"channels" (per layer, the k channel indices, largest mean |x| first), "mean_abs" (per layer, their
+mean |X_{m,0,d}|), "mean" (their mean value, what `mean` writes), "median_abs" (per layer, the mean over
+documents of the median |x| of the document's X_m), "massive" (per layer, per channel: mean_abs > 100 and > 1000
+median_abs), "random" (per layer, zero_random's channels)}, "results": {name: {analyze.py's summary keys (ppl,
+kurtosis_first, ..., first_attn_argmax, first_attn_mass, attn_nowhere, sink_rate, sink_eps) and per_layer lists,
+"delta_ppl" (ppl - ppl of none), "seconds"}}}]}; a non-finite number is null. It is rewritten after each model;
+its folder is created before the first model runs.
 """
 import argparse
 import dataclasses
@@ -129,15 +131,17 @@ def choose_channels(sums, k):
     return out
 
 
-def edit_for(name, channels):
-    """The per-layer (channels, values) that intervention `name` writes, or None."""
-    if name == 'zero':
-        return [(torch.tensor(c), torch.zeros(len(c))) for c in channels['channels']]
-    if name == 'mean':
-        return [(torch.tensor(c), torch.tensor(v)) for c, v in zip(channels['channels'], channels['mean'])]
-    if name == 'zero_random':
-        return [(torch.tensor(c), torch.zeros(len(c))) for c in channels['random']]
-    return None
+def edit_for(name, channels, massive_only=False):
+    """The per-layer (channels, values) that intervention `name` writes, or None. massive_only: only the channels
+    that pass Sun et al.'s bar (zero_random: as many random ones in the same layers)."""
+    picks = {'zero': 'channels', 'mean': 'channels', 'zero_random': 'random'}
+    if name not in picks:
+        return None
+    edit = []
+    for c, v, massive in zip(channels[picks[name]], channels['mean'], channels['massive']):
+        n = sum(massive) if massive_only else len(c)      # the massive ones come first: largest mean |x| first
+        edit.append((torch.tensor(c[:n], dtype=torch.long), torch.tensor(v[:n]) if name == 'mean' else torch.zeros(n)))
+    return edit
 
 
 def as_gpt(lm: analyze.LoadedModel, device):
@@ -148,7 +152,7 @@ def as_gpt(lm: analyze.LoadedModel, device):
 
 
 def intervene(lm: analyze.LoadedModel, data_dir, max_docs, batch_size, device, k, names=INTERVENTIONS,
-              sink_eps=analyze.SINK_EPS, quiet=False):
+              sink_eps=analyze.SINK_EPS, quiet=False, massive_only=False):
     """(channels record, {name: analyze.py's result under that intervention + delta_ppl, seconds}, analyze.py's
     data record) for one model (lm already checked against the data and made a GPT, see as_gpt); 'none' runs first."""
     model, results = lm.model, {}
@@ -162,7 +166,7 @@ def intervene(lm: analyze.LoadedModel, data_dir, max_docs, batch_size, device, k
                 result = measure(on_batch=lambda mask: sums.update(mask=mask))
             channels, data = choose_channels(sums, k), result['data']
         else:
-            with edited(model, edit_for(name, channels), hide_first_key=name == 'mask_first_key'):
+            with edited(model, edit_for(name, channels, massive_only), hide_first_key=name == 'mask_first_key'):
                 result = measure()
         result = {key: v for key, v in result.items() if key not in ('model', 'kind', 'config', 'data', 'per_head')}
         result['delta_ppl'] = result['ppl'] - results['none']['ppl'] if results else 0.0
@@ -203,8 +207,8 @@ def channel_summary(m):
     ratio = [a[0] / med if med > 0 else math.inf for a, med in zip(c['mean_abs'], c['median_abs'])]
     massive = layer_ranges(any(x) for x in c['massive'])
     return (f"{m['label']}: largest first-token channel per layer, mean |x| {min(a[0] for a in c['mean_abs']):.3g} to "
-            f"{max(a[0] for a in c['mean_abs']):.3g}, {min(ratio):.3g} to {max(ratio):.3g} x the documents' median |x|; massive "
-            f"(> {MASSIVE_ABS:g} and > {MASSIVE_RATIO:g} x median) in layers {massive or 'none'}")
+            f"{max(a[0] for a in c['mean_abs']):.3g}, {min(ratio):.3g} to {max(ratio):.3g} x the documents' median "
+            f"|x|; massive (> {MASSIVE_ABS:g} and > {MASSIVE_RATIO:g} x median) in layers {massive or 'none'}")
 
 
 # ----------------------------------------------------------------------------- command line
@@ -216,6 +220,9 @@ def main(argv=None):
     p.add_argument('--interventions', default=','.join(INTERVENTIONS[1:]),
                    help=f"comma-separated, from {', '.join(INTERVENTIONS[1:])} (default: all; none always runs)")
     p.add_argument('--k', type=int, default=2, help='channels per layer that zero, mean and zero_random change')
+    p.add_argument('--massive_only', action='store_true', help="zero, mean and zero_random change only the chosen "
+                   "channels that pass Sun et al.'s bar, in the layers where they do (zero_random: as many random "
+                   "ones)")
     p.add_argument('--data', default=None, help='prepared dataset folder (prepare_c4.py); its val split is used '
                    '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
     p.add_argument('--bos', default='auto', help="token prepended to every document: auto (the model's convention), "
@@ -251,7 +258,8 @@ def main(argv=None):
             raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
         if args.json:                                     # the folder exists before any model runs
             if os.path.isdir(args.json):
-                raise ValueError(f"--json {args.json} is a folder; give the path of a file, e.g. {args.json}/intervene.json")
+                raise ValueError(f"--json {args.json} is a folder; give the path of a file, e.g. "
+                                 f"{args.json}/intervene.json")
             analyze.make_folder(os.path.dirname(args.json), '--json')
         if args.data is not None or args.init_from:      # fail before loading any model
             analyze.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
@@ -260,21 +268,23 @@ def main(argv=None):
             lm = analyze.load_model(spec, device, args.block_size)
             data = args.data or lm.data or 'data/c4'
             lm = analyze.choose_bos(lm, args.bos, analyze.data_or_hint(data, spec if lm.kind == 'hf' else None))
-            analyze.check_data(data, lm)                  # while a public model is still one: its hint names its tokenizer
+            analyze.check_data(data, lm)         # while a public model is still one: the hint names its tokenizer
             kind, lm = lm.kind, as_gpt(lm, device)
             channels, results, record = intervene(lm, data, args.max_docs or None, batch_size, device, args.k, names,
-                                                  args.sink_eps)
+                                                  args.sink_eps, massive_only=args.massive_only)
             models.append(dict(model=spec, label=label, kind=kind, config=lm.config, data=record, channels=channels,
                                results=results))
             del lm
             if args.json:
-                write_json(args.json, analyze.json_safe(dict(format=1, k=args.k, sink_eps=args.sink_eps,
-                                                             interventions=names, models=models)), indent=1)
+                write_json(args.json, analyze.json_safe(dict(format=1, k=args.k, massive_only=args.massive_only,
+                                                             sink_eps=args.sink_eps, interventions=names,
+                                                             models=models)), indent=1)
         print(analyze.text_table(*table(models)))
         d = models[0]['data']
+        only = '; only the massive ones' if args.massive_only else ''
         print(f"{d['dir']} val: {d['documents']:,} documents, {d['predicted_tokens']:,} predicted tokens; k = {args.k} "
-              f"channels per layer (the largest mean |x| of the first token); ΔPPL = PPL - PPL of none; Sink rate "
-              f"ε = {args.sink_eps:g}")
+              f"channels per layer (the largest mean |x| of the first token{only}); ΔPPL = PPL - PPL of none; Sink "
+              f"rate ε = {args.sink_eps:g}")
         for m in models:
             print(channel_summary(m))
         if args.json:

@@ -115,6 +115,26 @@ def test_mean_replacement_writes_each_layers_mean_over_documents(docs_dir):
     assert results['mean']['max_abs_first'] < 0.8 * results['none']['max_abs_first']    # |mean| < mean |x|
 
 
+def test_massive_only_changes_the_layers_whose_channel_passes_the_bar(docs_dir):
+    """A value of 300 added to CHANNEL by the second block's MLP (every token; the median |x| stays ~0.02): massive
+    from layer 2 on, nothing massive in layer 1. --massive_only zeroes it in layers 2 and 3 only."""
+    torch.manual_seed(0)
+    model = GPT(tiny_config(bias=True)).eval()
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_proj.bias[CHANNEL] = 300.0
+    lm = LoadedModel('m', model, 'ours', None, 32, VOCAB, {})
+    channels, results, _ = intervene.intervene(lm, docs_dir, None, 3, 'cpu', 1, ('zero', 'zero_random'), quiet=True,
+                                               massive_only=True)
+    assert channels['massive'] == [[False], [True], [True]] and channels['channels'][1:] == [[CHANNEL]] * 2
+    docs, rand = documents(), channels['random']
+    expected = ppl_of(lambda idx: hand_forward(model, idx, lambda m, x: x[:, 0, CHANNEL].zero_() if m else None), docs)
+    assert results['zero']['ppl'] == pytest.approx(expected, rel=1e-5)
+    expected = ppl_of(lambda idx: hand_forward(model, idx, lambda m, x: x[:, 0, rand[m]].zero_() if m else None), docs)
+    assert results['zero_random']['ppl'] == pytest.approx(expected, rel=1e-5)
+    everywhere = intervene.intervene(lm, docs_dir, None, 3, 'cpu', 1, ('zero',), quiet=True)[1]['zero']['ppl']
+    assert everywhere != pytest.approx(results['zero']['ppl'], rel=1e-6)      # layer 1 matters without the option
+
+
 def test_with_a_bos_the_first_token_is_the_same_everywhere_and_mean_is_the_identity(docs_dir):
     model = planted_model()
     _, results, data = run(model, docs_dir, k=2, names=('mean',), bos=VOCAB - 2)
