@@ -193,11 +193,11 @@ def layer_ranges(flags):
 def table(models):
     """(header, rows): one row per model and intervention."""
     header = ['Model', 'Intervention', 'PPL', 'ΔPPL', 'First Attn', 'First mass', 'Sink rate', 'E_m[max|X_m,1,d|]',
-              'E_m[κ_m,1]']
+              'E_m[max|X_m,>1,d|]', 'E_m[κ_m,1]']
     f = analyze._fmt
     rows = [[m['label'], name, f(r['ppl'], '.3f'), f(r['delta_ppl'], '+.3f'), f(r['first_attn_argmax'], '.3f'),
              f(r['first_attn_mass'], '.3f'), f(r['sink_rate'], '.3f'), f(r['max_abs_first'], '.1f'),
-             f(r['kurtosis_first'], '.1f')] for m in models for name, r in m['results'].items()]
+             f(r['max_abs_rest'], '.1f'), f(r['kurtosis_first'], '.1f')] for m in models for name, r in m['results'].items()]
     return header, rows
 
 
