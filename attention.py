@@ -120,7 +120,7 @@ def attention_probs(q, k, config, sink=None, hide_first=None):
     visible = attention_mask(T, config.causal_free_prefix, q.device)
     if hide_first is not None and hide_first < T:
         visible[:, hide_first] = False
-        visible[hide_first, hide_first] = True     # the first token's own row keeps it: it may see nothing else
+        visible[hide_first, hide_first] = True     # the first token itself still sees its own key
     scores = ((q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))).float()
     if config.attn == 'sigmoid':
         return torch.sigmoid(scores + sigmoid_bias(config)).masked_fill(~visible, 0.0)
