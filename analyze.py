@@ -36,6 +36,12 @@ Conventions (all metrics on the hidden state after each block's residual additio
   first_attn_mass    mean over (query > 0, head) of the attention probability on key 0.
   attn_nowhere       mean over (query > 0, head) of max(0, 1 - row sum): softmax-1's mass that went nowhere
                (0 for softmax; attn_bias, sink_token: the mass on the sink).
+  sink_rate    the attention-sink metric of Gu et al. (2024, "When Attention Sink Emerges"): per document, layer
+               and head, alpha = the mean over every query t = 0..T-1 of the document (query 0 included, as in
+               their formula) of the probability on key 0; sink_rate = the share of (document, layer, head)
+               triples with alpha > --sink_eps (default 0.3, theirs); per layer: of (document, head), per head:
+               of documents. Thresholded per document as they do (they use 64-token sequences; here whole
+               documents within the block size). Summary: the mean over layers, i.e. over all triples.
   sink_token   (ours with sink_token=True) the learnt sink at position 0 is left out of every metric above:
                the first token is the first real token. The sink itself: sink_kurtosis, sink_max_abs (its
                kurtosis and max |x| per layer), sink_attn_mass (mean over every real query and head of its
@@ -55,11 +61,11 @@ created before any model runs):
   optimizer, iter_num, dataset), data {dir, split, tokenizer, source, stand_in_for_c4, max_docs,
   documents, positions, predicted_tokens, block_size, bos},
   ppl, kurtosis_first, kurtosis_rest, max_abs_first, max_abs_rest, norm_ratio_first, norm_ratio_rest,
-  first_attn_argmax, first_attn_mass, attn_nowhere (fractions in [0, 1]), kurtosis_norm_ratio_corr_first,
-  kurtosis_norm_ratio_corr_rest,
+  first_attn_argmax, first_attn_mass, attn_nowhere, sink_rate (fractions in [0, 1]), sink_eps (the threshold
+  sink_rate used), kurtosis_norm_ratio_corr_first, kurtosis_norm_ratio_corr_rest,
   sink_kurtosis, sink_max_abs, sink_attn_mass, sink_attn_argmax (sink-token models only),
   per_layer {each metric above except ppl and the correlations: a list of M floats, layer 1 first},
-  per_head {first_attn_argmax, first_attn_mass, attn_nowhere (and sink_attn_*): M lists of H floats}.
+  per_head {first_attn_argmax, first_attn_mass, attn_nowhere, sink_rate (and sink_attn_*): M lists of H floats}.
   max_abs is in the units of the hidden state; a NaN is written as null.
 
 --plots DIR (created before any model runs) writes attention_map.png (Fig. 1a), hidden_states.png
@@ -100,6 +106,7 @@ SUMMARY_KEYS = ('ppl', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_
 HIDDEN_METRICS = ('kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'norm_ratio_first',
                   'norm_ratio_rest')
 ATTN_METRICS = ('first_attn_argmax', 'first_attn_mass', 'attn_nowhere')
+SINK_EPS = 0.3           # sink_rate's threshold epsilon, Gu et al. (2024)'s default
 
 
 # ----------------------------------------------------------------------------- models
@@ -391,9 +398,10 @@ def pearson(a, b):
 class Stats:
     """Running sums of every metric, per layer (attention: per layer and head), and of the NLL."""
 
-    def __init__(self, n_layer, n_head):
+    def __init__(self, n_layer, n_head, sink_eps=SINK_EPS):
         self.sums = {k: torch.zeros(n_layer, dtype=torch.float64) for k in HIDDEN_METRICS}
-        self.sums.update({k: torch.zeros(n_layer, n_head, dtype=torch.float64) for k in ATTN_METRICS})
+        self.sums.update({k: torch.zeros(n_layer, n_head, dtype=torch.float64) for k in ATTN_METRICS + ('sink_rate',)})
+        self.sink_eps = sink_eps
         self.n_first = self.n_rest = self.n_docs_rest = 0
         self.nll, self.n_predicted = 0.0, 0
 
@@ -417,10 +425,13 @@ class Stats:
             s['max_abs_first'][m] += a[:, 0][first].sum().cpu()
             s['max_abs_rest'][m] += a.masked_fill(~rest, 0).amax(1)[has_rest].sum().cpu()
         q = rest[:, None, :]                                                     # queries > 0, (B, 1, T)
+        n_tokens = mask.sum(1, keepdim=True).clamp_min(1)                        # (B, 1)
         for m, p in enumerate(attn):
             s['first_attn_argmax'][m] += ((p.argmax(-1) == 0) & q).sum((0, 2)).cpu()
             s['first_attn_mass'][m] += torch.where(q, p[..., 0].double(), 0).sum((0, 2)).cpu()
             s['attn_nowhere'][m] += torch.where(q, (1 - p.sum(-1, dtype=torch.float64)).clamp_min(0), 0).sum((0, 2)).cpu()
+            alpha = torch.where(mask[:, None, :], p[..., 0].double(), 0).sum(2) / n_tokens    # (B, H), every query
+            s['sink_rate'][m] += ((alpha > self.sink_eps) & first[:, None]).sum(0).cpu()
 
     def update_sink(self, sink, attn, mask):
         """The sink token's own numbers: its hidden state (one per document) and the attention it gets."""
@@ -448,6 +459,7 @@ class Stats:
         count = dict(kurtosis_first=self.n_first, norm_ratio_first=self.n_first, max_abs_first=self.n_first,
                      kurtosis_rest=self.n_rest, norm_ratio_rest=self.n_rest, max_abs_rest=self.n_docs_rest)
         per_head = {k: div(self.sums[k], self.n_rest) for k in ATTN_METRICS}
+        per_head['sink_rate'] = div(self.sums['sink_rate'], self.n_first)
         per_layer = {k: div(self.sums[k], count[k]) for k in HIDDEN_METRICS}
         per_layer.update({k: v.mean(1) for k, v in per_head.items()})
         out = {'ppl': math.exp(self.nll / self.n_predicted) if self.n_predicted else math.nan}
@@ -455,6 +467,7 @@ class Stats:
         for pos in ('first', 'rest'):
             out[f'kurtosis_norm_ratio_corr_{pos}'] = pearson(per_layer[f'kurtosis_{pos}'],
                                                              per_layer[f'norm_ratio_{pos}'])
+        out['sink_eps'] = self.sink_eps
         out['per_layer'] = {k: v.tolist() for k, v in per_layer.items()}
         out['per_head'] = {k: v.tolist() for k, v in per_head.items()}
         if 'sink_kurtosis' in self.sums:
@@ -484,15 +497,19 @@ def default_batch_size(device):
     return 8 if device.startswith('cuda') else 1
 
 
-def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str, quiet=False):
-    """(JSON-ready result dict, plot data of the first document) for one model; quiet: no progress lines."""
+def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str, quiet=False,
+            sink_eps=SINK_EPS, on_batch=None):
+    """(JSON-ready result dict, plot data of the first document) for one model; quiet: no progress lines.
+    on_batch(mask), when given, sees each batch's real-token mask before the forward pass."""
     meta = check_data(data_dir, lm)
     stats, example, docs = None, None, 0
     progress = Progress(run_label(lm.name), target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
     for idx, mask, numbers in numbered_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
         idx, mask = idx.to(device), mask.to(device)
+        if on_batch is not None:
+            on_batch(mask)
         logits, hidden, attn, sink = forward_trace(lm, idx)
-        stats = stats or Stats(len(hidden), attn[0].size(1))
+        stats = stats or Stats(len(hidden), attn[0].size(1), sink_eps)
         stats.update(hidden, attn, mask, sink)
         s, n = nll_sum(logits, idx, mask, seen_targets(lm))
         stats.nll, stats.n_predicted = stats.nll + s, stats.n_predicted + n
@@ -573,10 +590,10 @@ def table_rows(results):
     """Tables, one row per model: Table 2's layout, then norm ratios, correlations (Table 9), mass; and for
     sink-token models the sink's own numbers."""
     table2 = (['Model', '#Params', 'Softmax+1?', 'OrthoAdam?', 'PPL', 'E_m[κ_m,1]', 'E_m[κ_m,>1]',
-               'E_m[max|X_m,1,d|]', 'E_m[max|X_m,>1,d|]', 'First Attn'],
+               'E_m[max|X_m,1,d|]', 'E_m[max|X_m,>1,d|]', 'First Attn', sink_rate_header(results)],
               [model_cells(run_label(r['model']), r['config']) + [_fmt(r['ppl'], '.2f')]
                + [_fmt(r[k], '.1f') for k in ('kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest')]
-               + [_fmt(r['first_attn_argmax'], '.3f')] for r in results])
+               + [_fmt(r['first_attn_argmax'], '.3f'), sink_rate_cell(r, results)] for r in results])
     keys = ('norm_ratio_first', 'norm_ratio_rest', 'kurtosis_norm_ratio_corr_first', 'kurtosis_norm_ratio_corr_rest',
             'first_attn_mass', 'attn_nowhere')
     table9 = (['Model', 'Norm ratio 1', 'Norm ratio >1', 'Corr κ~ratio 1', 'Corr κ~ratio >1', 'First mass', 'Nowhere'],
@@ -588,6 +605,17 @@ def table_rows(results):
     sink = (['Model', 'Sink E_m[κ]', 'Sink E_m[max|X|]', 'Sink mass', 'Sink argmax'],
             [[run_label(r['model'])] + [_fmt(r[k], f) for k, f in zip(keys, ('.1f', '.1f', '.3f', '.3f'))] for r in sinks])
     return [table2, table9, sink]
+
+
+def sink_rate_header(results):
+    """'Sink rate (ε=0.3)' when every result used the same ε (files written before sink_rate existed: n/a)."""
+    eps = {r.get('sink_eps') for r in results} - {None}
+    return f'Sink rate (ε={eps.pop():g})' if len(eps) == 1 else 'Sink rate'
+
+
+def sink_rate_cell(r, results):
+    cell = _fmt(r.get('sink_rate'), '.3f')
+    return cell if '=' in sink_rate_header(results) or r.get('sink_eps') is None else f"{cell} (ε={r['sink_eps']:g})"
 
 
 def text_table(header, rows):
@@ -882,6 +910,8 @@ def main(argv=None):
     p.add_argument('--batch_size', type=int, default=None, help='documents per forward pass (default: 8 on CUDA, 1 on '
                    'CPU, where one document at a time was measured fastest; the numbers do not depend on it)')
     p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: see docstring)')
+    p.add_argument('--sink_eps', type=float, default=SINK_EPS, help='threshold epsilon of sink_rate (Gu et al.): a head '
+                   'is a sink in a document when its mean attention on the first token exceeds it (default 0.3)')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     p.add_argument('--json', metavar='PATH', help='write results: PATH.json for one model, else a folder')
     p.add_argument('--plots', metavar='DIR', help='write the PNG figures into DIR')
@@ -923,6 +953,8 @@ def main(argv=None):
             raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
         if args.max_docs < 0:
             raise ValueError(f"--max_docs must be >= 0 (0 = all documents), got {args.max_docs}")
+        if not 0 <= args.sink_eps < 1:
+            raise ValueError(f"--sink_eps must be in [0, 1) (a probability threshold), got {args.sink_eps}")
         max_docs = args.max_docs if args.max_docs > 0 else None
         if args.json:   # the folders exist before any model runs: a bad path costs no analysis
             make_folder(args.json if not args.json.endswith('.json') else os.path.dirname(args.json), '--json')
@@ -936,7 +968,7 @@ def main(argv=None):
             lm = load_model(spec, device, args.block_size)
             data = args.data or lm.data or 'data/c4'
             lm = choose_bos(lm, args.bos, data_or_hint(data, spec if lm.kind == 'hf' else None))
-            result, example = analyze(lm, data, max_docs, args.batch_size, device)
+            result, example = analyze(lm, data, max_docs, args.batch_size, device, sink_eps=args.sink_eps)
             results.append(result)
             examples.append((label, example))
             if args.plots:
@@ -947,7 +979,8 @@ def main(argv=None):
             del lm
         d = results[0]['data']
         print(f"{d['dir']} val split, {d['documents']:,} documents, {d['positions']:,} positions. E_m = mean over "
-              f"layers; First Attn = share of (query > 0, head) pairs whose most-attended key is key 0.\n")
+              f"layers; First Attn = share of (query > 0, head) pairs whose most-attended key is key 0; Sink rate = "
+              f"share of (document, layer, head) whose mean attention on key 0 exceeds ε = {args.sink_eps:g}.\n")
         for header, rows in table_rows(results):
             print(text_table(header, rows) + '\n')
         if args.json:

@@ -114,11 +114,17 @@ def sink_logit(q, key):
     return (q.float() * key.float()).sum(-1) / math.sqrt(q.size(-1))
 
 
-def attention_probs(q, k, config, sink=None):
+def attention_probs(q, k, config, sink=None, hide_first=None):
     """Eager attention probabilities (B, H, T, S) over the real keys, fp32; S = T, or S > T for the last T queries
     of S positions (decoding with a KV cache). Softmax-1 and attn_bias (sink = its (key, value)) rows sum to < 1,
-    the rest going to the sink; sigmoid and clipped rows need not sum to 1."""
-    visible = attention_mask(q.size(2), config.causal_free_prefix, q.device, k.size(2))
+    the rest going to the sink; sigmoid and clipped rows need not sum to 1. hide_first: the position of the first
+    token, whose key no other query may see (intervene.py), or None."""
+    T, S = q.size(2), k.size(2)
+    visible = attention_mask(T, config.causal_free_prefix, q.device, S)
+    if hide_first is not None and hide_first < S:
+        visible[:, hide_first] = False
+        if 0 <= hide_first - (S - T) < T:           # the first token itself still sees its own key
+            visible[hide_first - (S - T), hide_first] = True
     scores = ((q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))).float()
     if config.attn == 'sigmoid':
         return torch.sigmoid(scores + sigmoid_bias(config)).masked_fill(~visible, 0.0)

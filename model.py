@@ -18,6 +18,9 @@ The analysis path (analysis=True) recomputes attention eagerly and returns, per 
 state after the block's residual additions and the attention probabilities over the real tokens (for
 softmax-1 and attn_bias each row sums to < 1; the remainder went to the sink). With sink_token, the
 sink position is left out of 'hidden' and 'attn' and reported in trace['sink'].
+
+An intervention (intervene.py): CausalSelfAttention.hide_first_key = True hides the first token's key (the first
+real token with sink_token) from every other query, through the eager probabilities, in either path.
 """
 import importlib.util
 import math
@@ -177,6 +180,7 @@ class CausalSelfAttention(nn.Module):
             head = config.n_embd // config.n_head
             self.bias_k = nn.Parameter(torch.zeros(1, config.n_head, 1, head))
             self.bias_v = nn.Parameter(torch.zeros(1, config.n_head, 1, head))
+        self.hide_first_key = False   # intervene.py: no later query sees the first token (eager path)
 
     def forward(self, x, rotary, trace, kv=None):
         """kv (decoding, GPT.forward_cached): this layer's [keys, values] of the earlier tokens (None, None when
@@ -196,10 +200,10 @@ class CausalSelfAttention(nn.Module):
         if self.n_kv_head != self.n_head:   # key/value head j serves query heads j*g .. j*g + g-1
             k, v = (t.repeat_interleave(self.n_head // self.n_kv_head, dim=1) for t in (k, v))
         sink = (self.bias_k, self.bias_v) if self.config.attn_bias else None
-        if trace is None and kv is None:
+        if trace is None and kv is None and not self.hide_first_key:
             y = attention(q, k, v, self.config, self.config.dropout if self.training else 0.0, sink)
-        else:    # analysis and decoding: eager probabilities, (B, H, T, S)
-            probs = attention_probs(q, k, self.config, sink)
+        else:    # analysis, decoding and interventions: eager probabilities, (B, H, T, S)
+            probs = attention_probs(q, k, self.config, sink, int(self.config.sink_token) if self.hide_first_key else None)
             if trace is not None:
                 trace['attn'].append(probs)
             y = probs @ v.float()

@@ -171,6 +171,52 @@ def test_attention_metrics_on_hand_made_maps():
     assert r['per_layer']['first_attn_mass'] == pytest.approx([(0.325 + 0.3375) / 2])
 
 
+def test_sink_rate_counts_heads_over_epsilon_per_document_on_hand_made_maps():
+    """Gu et al.'s sink rate: per document, layer and head, alpha = the mean over every query (query 0 included) of
+    the probability on key 0; the share of (document, layer, head) with alpha > eps. Alphas counted by hand below;
+    document 1 has two tokens, and its padded rows (all mass on key 0) must not count."""
+    p = [torch.zeros(2, 2, 4, 4) for _ in range(2)]
+    col0 = {(0, 0, 0): [1, .7, .2, .4],    # alpha 0.575
+            (0, 0, 1): [.5, .1, .3, .05],  # 0.2375
+            (0, 1, 0): [1, 0, 1, 1],       # 0.5 (rows 2, 3 padded)
+            (0, 1, 1): [.5, .05, 1, 1],    # 0.275; with the padded rows it would be 0.64
+            (1, 0, 0): [1, .1, .1, .1],    # 0.325
+            (1, 0, 1): [1, .25, 0, 0],     # 0.3125
+            (1, 1, 0): [1, .9, 1, 1],      # 0.95
+            (1, 1, 1): [1, 0, 1, 1]}       # 0.5
+    for (m, b, h), c in col0.items():
+        p[m][b, h, :, 0] = torch.tensor(c)
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    expected = {0.3: ([[1, 0], [1, 1]], [0.5, 1.0], 0.75),    # layer 0: head 0 in both documents; layer 1: all
+                0.5: ([[.5, 0], [.5, 0]], [0.25, 0.25], 0.25)}   # 0.575 and 0.95 only (0.5 is not > 0.5)
+    for eps, (per_head, per_layer, rate) in expected.items():
+        s = Stats(2, 2, sink_eps=eps)
+        s.update([torch.randn(2, 4, 8)] * 2, p, mask)
+        r = s.result()
+        assert r['per_head']['sink_rate'] == [[pytest.approx(x) for x in row] for row in per_head], eps
+        assert r['per_layer']['sink_rate'] == pytest.approx(per_layer) and r['sink_rate'] == pytest.approx(rate)
+        assert r['sink_eps'] == eps
+
+
+@pytest.mark.parametrize('attn, eps, sinks', [('softmax', 0.3, 3), ('softmax', 0.5, 2), ('softmax1', 0.3, 2)])
+def test_sink_rate_of_uniform_attention_depends_on_the_document_length(tmp_path, attn, eps, sinks):
+    """With every query weight zero each head attends uniformly: query t (0-based) puts 1/(t+1) on the first token
+    (softmax-1: 1/(t+2), the sink taking one share), so a document of T tokens has alpha = H_T / T (softmax-1:
+    (H_{T+1} - 1) / T) in every layer and head. Softmax: alpha > 0.3 for T <= 9 (H_9/9 = 0.314, H_10/10 = 0.293),
+    > 0.5 for T <= 4 (H_4/4 = 0.521, H_5/5 = 0.457); softmax-1: > 0.3 for T <= 4 (0.321; T = 5: 0.290). Of the
+    documents of 1, 3, 9, 10 and 20 tokens that makes 3, 2 and 2 sinks."""
+    data = write_docs(str(tmp_path / 'd'), [list(range(1, n + 1)) for n in (1, 3, 9, 10, 20)])
+    torch.manual_seed(0)
+    model = GPT(tiny_config(attn=attn)).eval()
+    with torch.no_grad():
+        for b in model.transformer.h:
+            b.attn.c_attn.weight[:16] = 0                     # q = 0: every score 0
+    result, _ = analyze.analyze(LoadedModel('u', model, 'ours', None, 32, VOCAB, {}), data, None, 2, 'cpu',
+                                quiet=True, sink_eps=eps)
+    assert result['per_head']['sink_rate'] == [[pytest.approx(sinks / 5)] * 2] * 3
+    assert result['sink_rate'] == pytest.approx(sinks / 5) and result['sink_eps'] == eps
+
+
 def test_pearson_matches_numpy_and_is_none_when_undefined():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=12), rng.normal(size=12)
@@ -447,7 +493,14 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     assert md[0].startswith('| Model |') and md[1].startswith('|---|---:') and md[2].startswith('| base |')
     assert sum(line.startswith('| s1oa |') for line in md) == 2
     cells = lambda line: line.replace('\\|', '').count('|')       # pipes inside cells are escaped
-    assert '\\|' in md[0] and cells(md[0]) == cells(md[1]) == cells(md[2]) == 11
+    assert '\\|' in md[0] and cells(md[0]) == cells(md[1]) == cells(md[2]) == 12
+    assert 'Sink rate (ε=0.3)' in md[0]
+    old = json.loads((out / 's1oa.json').read_text())            # a file written before sink_rate existed
+    del old['sink_rate'], old['sink_eps']
+    (out / 's1oa.json').write_text(json.dumps(old))
+    analyze.main(['--table', str(out)])
+    md = capsys.readouterr().out.splitlines()
+    assert 'Sink rate (ε=0.3)' in md[0] and md[3].split('|')[-2].strip() == 'n/a'
     analyze.main(['--ckpt', a, '--data', docs_dir, '--max_docs', '3', '--json', str(tmp_path / 'one.json')])
     assert json.loads((tmp_path / 'one.json').read_text())['model'] == a
 
@@ -460,6 +513,7 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     (['--ckpt', '{ckpt}', '{ckpt}', '--json', 'x.json'], 'pass a folder'),
     (['--table', '{ckpt}'], 'not an analyze.py JSON file'),
     (['--ckpt', '{ckpt}', '--max_docs', '-5'], '--max_docs must be >= 0 (0 = all documents), got -5'),
+    (['--ckpt', '{ckpt}', '--sink_eps', '1.5'], '--sink_eps must be in [0, 1)'),
     (['--ckpt', '{ckpt}', '--plots', '{ckpt}'], 'is a file, not a folder'),
     (['--ckpt', '{ckpt}', '--json', '{ckpt}/sub/x.json'], '--json: cannot create the folder'),
     pytest.param(['--ckpt', '{ckpt}', '--device', 'cuda'], "device='cuda' but no CUDA GPU is available",
