@@ -84,7 +84,6 @@ import math
 import os
 import re
 import sys
-import time
 from dataclasses import asdict, dataclass
 from typing import Iterator
 

@@ -229,7 +229,6 @@ def bench_tune(device, shapes, repeats, warmup, inner=10):
     the best forward; the rows say which to put in flash_sink.blocks()."""
     import flash_sink
     rows = []
-    cfg = None
     for B, H, T, d in shapes + [(64, 8, 256, 64), (32, 12, 256, 64)]:   # + the 60M and 130M configs' micro-batches
         x, dy, _ = attention_inputs(B, H, T, d, device, torch.bfloat16)
         q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in x.detach().split(H * d, dim=2))

@@ -36,6 +36,20 @@ def rel_err(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
 
 
+def sink_case(variant, T, prefix, dtype, seed, B=2, H=4, d=64):
+    """x (c_attn's output on DEVICE), its q, k, v views, an output gradient, the config, attn_bias's key and value
+    (None for softmax-1) and the leaves whose gradients the tests compare."""
+    g = torch.Generator(device='cpu').manual_seed(seed)
+    x = torch.randn(B, T, 3 * H * d, generator=g).to(DEVICE, dtype).requires_grad_()
+    qkv = [t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2)]
+    dy = torch.randn(B, H, T, d, generator=g).to(DEVICE, dtype)
+    cfg = GPTConfig(attn='softmax' if variant == 'attn_bias' else 'softmax1', attn_bias=variant == 'attn_bias',
+                    n_head=H, n_embd=H * d, block_size=T, causal_free_prefix=prefix)
+    sink = tuple((torch.randn(1, H, 1, d, generator=g) * 3).to(DEVICE).requires_grad_() for _ in range(2)) \
+        if variant == 'attn_bias' else None
+    return x, qkv, dy, cfg, sink, [x] + (list(sink) if sink else [])
+
+
 def assert_matches_formula(y, got, x, sink, dy, cfg):
     """y = attention of x's q, k, v views and got = the gradients of x (and the sink's key and value) against the
     float64 formula on the CPU: max error / max |reference| <= 1e-5 in fp32 (IEEE), 2e-2 in bf16 / fp16."""
@@ -65,16 +79,8 @@ def test_sink_route_on_each_backend_matches_formula(variant, backend, prefix, dt
     if not CUDA and backend not in ('flash', 'math'):
         pytest.skip('CPU has the flash and math kernels only')
     torch.backends.cuda.matmul.allow_tf32 = False
-    g = torch.Generator(device='cpu').manual_seed(0)
-    B, H, T, d = 2, 4, 300, 64            # T = 300: no multiple of any kernel's tile
-    x = torch.randn(B, T, 3 * H * d, generator=g).to(DEVICE, dtype).requires_grad_()
-    q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2))
-    dy = torch.randn(B, H, T, d, generator=g).to(DEVICE, dtype)
-    cfg = GPTConfig(attn='softmax' if variant == 'attn_bias' else 'softmax1', attn_bias=variant == 'attn_bias',
-                    n_head=H, n_embd=H * d, block_size=T, causal_free_prefix=prefix)
-    sink = tuple((torch.randn(1, H, 1, d, generator=g) * 3).to(DEVICE).requires_grad_() for _ in range(2)) \
-        if variant == 'attn_bias' else None
-    leaves = [x] + (list(sink) if sink else [])
+    T = 300                               # no multiple of any kernel's tile
+    x, (q, k, v), dy, cfg, sink, leaves = sink_case(variant, T, prefix, dtype, seed=0)
     with sdpa_kernel([BACKENDS[backend]]):
         bias = attention_module._prefix_bias(T, prefix, q)
         try:
@@ -112,17 +118,9 @@ def test_triton_sink_kernel_matches_formula(variant, prefix, T, dtype):
     error / max |reference| <= 1e-5 in fp32 (IEEE dots), 2e-2 in bf16 / fp16. T = 300 and 333 are no multiple of
     any tile; d = 64 as the paper's models."""
     dtype = getattr(torch, dtype)
-    g = torch.Generator(device='cpu').manual_seed(1)
-    B, H, d = 2, 4, 64
-    x = torch.randn(B, T, 3 * H * d, generator=g).to(DEVICE, dtype).requires_grad_()
-    q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in x.split(H * d, dim=2))
-    dy = torch.randn(B, H, T, d, generator=g).to(DEVICE, dtype)
-    cfg = GPTConfig(attn='softmax' if variant == 'attn_bias' else 'softmax1', attn_bias=variant == 'attn_bias',
-                    n_head=H, n_embd=H * d, block_size=T, causal_free_prefix=prefix)
-    sink = tuple((torch.randn(1, H, 1, d, generator=g) * 3).to(DEVICE).requires_grad_() for _ in range(2)) \
-        if variant == 'attn_bias' else None
-    leaves = [x] + (list(sink) if sink else [])
+    x, (q, k, v), dy, cfg, sink, leaves = sink_case(variant, T, prefix, dtype, seed=1)
     y = attention(q, k, v, cfg, 0.0, sink)
+    _, H, _, d = y.shape
     assert y.stride() == (T * H * d, d, H * d, 1)    # laid out as (B, T, H, d) for the model's view
     got = torch.autograd.grad(y, leaves, dy)
     assert_matches_formula(y, got, x, sink, dy, cfg)
