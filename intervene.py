@@ -243,9 +243,8 @@ def main(argv=None):
         specs = args.ckpt + args.init_from
         if not specs:
             p.error('nothing to measure: give --ckpt PATH... or --init_from NAME...')
-        missing = [c for c in args.ckpt if not os.path.exists(c)]
-        if missing:
-            raise ValueError(f"--ckpt {missing[0]}: not found, no such file or folder")
+        for c in args.ckpt:
+            analyze.check_ckpt(c)
         if args.k < 1:
             raise ValueError(f"--k must be >= 1 (channels per layer), got {args.k}")
         if args.max_docs < 0:
