@@ -182,7 +182,8 @@ def time_variants(variants, device, repeats, warmup, inner):
             except RuntimeError as e:
                 log(f"  {name}: cannot be captured in a CUDA graph ({str(e).splitlines()[0][:120]}); timed eagerly")
                 torch.cuda.synchronize()
-                fns[name], _ = (lambda fn=fn: [fn() for _ in range(inner)]), eager.add(name)
+                fns[name] = lambda fn=fn: [fn() for _ in range(inner)]
+                eager.add(name)
         times = measure(fns, device, repeats, warmup)
         return {name: [t / inner for t in ts] for name, ts in times.items()}, eager
     return measure(variants, device, repeats, warmup), eager

@@ -330,6 +330,8 @@ class OrthoAdam(torch.optim.Optimizer):
     def _kernel_steps(self, stack, group, rotated):
         """orthoadam_kernel's step for each parameter of a stack, when the kernel can take them all; False (and
         nothing done) otherwise."""
+        if self._kernel_failed:
+            return False
         try:
             import orthoadam_kernel
         except ImportError:  # no Triton
@@ -341,8 +343,6 @@ class OrthoAdam(torch.optim.Optimizer):
         signs, mats = factors[rotated[0]]
         how = orthoadam_kernel.plan(ps[0], rotated, factors[rotated[0]])
         if how is None or signs is None or not all(p.is_contiguous() for p in ps):
-            return False
-        if self._kernel_failed:
             return False
         beta1, beta2 = group["betas"]
         for i, p in enumerate(ps):
