@@ -311,6 +311,10 @@ class OrthoAdam(torch.optim.Optimizer):
             stacks.setdefault((tuple(p.shape), rotated, p.device), []).append((p, q_seed))
         if not stacks:
             return
+        unrotated = [k for k in stacks if not k[1] and k[2].type in FUSED_ADAM_DEVICES and
+                     all(p.dtype == p.grad.dtype == torch.float32 for p, _ in stacks[k])]
+        for device in {k[2] for k in unrotated}:   # Q = I: Algorithm 1 is AdamW, one fused call per device
+            self._adamw_step([p for k in unrotated if k[2] == device for p, _ in stacks.pop(k)], group)
         for key in [k for k in stacks if self.kernel and k[1] and k[2].type in KERNEL_DEVICES]:   # one kernel each
             if self._kernel_steps(stacks[key], group, key[1]):
                 del stacks[key]
@@ -322,10 +326,24 @@ class OrthoAdam(torch.optim.Optimizer):
             for i in range(0, len(stack), per_stack):
                 ps, seeds = zip(*stack[i:i + per_stack])
                 factors = self._stack_factors(ps, group, seeds, rotated)
-                for rows in row_blocks(shape, 0 not in rotated):
-                    self._stack_step([p[rows] for p in ps], [p.grad[rows] for p in ps],
-                                     *([self.state[p][k][rows] for p in ps] for k in ("exp_avg", "exp_avg_sq")),
-                                     [self.state[p]["step"] for p in ps], group, factors)
+                states = [self.state[p] for p in ps]
+                tensors = [ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]]
+                for rows in row_blocks(shape, 0 not in rotated):   # whole tensors, no views, when not split
+                    self._stack_step(*(tensors if rows is ... else [[t[rows] for t in ts] for ts in tensors]),
+                                     [s["step"] for s in states], group, factors)
+
+    def _adamw_step(self, ps, group):
+        """The step of fp32 parameters with no rotated axis (Q = I: the norms' scalars, axes='none',
+        rotation='identity'): torch's fused AdamW kernel on all of them in one call, instead of the stacked
+        path's copies, zeroing and separate decay and update passes (the same arithmetic as
+        torch.optim.AdamW(fused=True))."""
+        states = [self.state[p] for p in ps]
+        device, (beta1, beta2) = ps[0].device, group["betas"]
+        steps = {t: torch.full((), float(t), device=device) for t in {s["step"] for s in states}}
+        torch._fused_adamw_(ps, [p.grad for p in ps], [s["exp_avg"] for s in states],
+                            [s["exp_avg_sq"] for s in states], [], [steps[s["step"]] for s in states],
+                            lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                            eps=group["eps"], amsgrad=False, maximize=False)
 
     def _kernel_steps(self, stack, group, rotated):
         """orthoadam_kernel's step for each parameter of a stack, when the kernel can take them all; False (and

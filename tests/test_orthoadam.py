@@ -195,6 +195,23 @@ def test_adamw_equivalence(options, equal):
     assert diff < 1e-6 if equal else diff > 1e-3
 
 
+@pytest.mark.parametrize('options', [dict(axes='none'), dict(rotation='identity'),
+                                     dict(axes='residual', residual_dim=12)])   # b (24,), t (3, 4, 8): no 12 axis
+def test_unrotated_parameters_step_exactly_as_fused_adamw(options):
+    """A parameter with no rotated axis (Q = I) takes torch's fused AdamW step, bit for bit, beside rotated ones."""
+    params, ref = make_params(), make_params()
+    grads = make_grads(params, 5)
+    opt = OrthoAdam(params.items(), **HP, **options)
+    run(opt, params, grads)
+    adamw = torch.optim.AdamW(ref.values(), **HP, fused=True)
+    run(adamw, ref, grads)
+    unrotated = [n for n, p in params.items() if not opt.state[p]['rotated_axes']]
+    assert unrotated == (['b', 't'] if 'residual_dim' in options else list(params))
+    for n in unrotated:
+        assert torch.equal(params[n], ref[n]), n
+        assert all(torch.equal(opt.state[params[n]][k], adamw.state[ref[n]][k]) for k in ('exp_avg', 'exp_avg_sq')), n
+
+
 def test_q_is_fixed_by_seed_and_name_not_global_rng():
     def factors(names, seed, rng):
         torch.manual_seed(rng)
