@@ -401,13 +401,17 @@ class OrthoAdam(torch.optim.Optimizer):
         for d in diagonals[1:]:
             a.mul_(d)
         g_bar, s = rotate(a, factors, spare=b, signs=False)
-        s.zero_()
-        if device.type in FUSED_ADAM_DEVICES:  # s = 0 - 1·m̂/(sqrt(v̂)+eps): torch's Adam update of a zero "parameter"
+        written = any(f is not None for f in factors)  # s holds this step's first pass (finite for finite grads)
+        if device.type in FUSED_ADAM_DEVICES:
+            # s = s·(1 - 1·1) - 1·m̂/(sqrt(v̂)+eps) = -m̂/(sqrt(v̂)+eps): torch's AdamW update with lr = 1 and
+            # weight decay 1 zeroes s inside the kernel, which saves a pass over memory writing zeros first
+            if not written:   # s may be stale workspace here, and 0·NaN is NaN
+                s.zero_()
             step_tensors = {t: torch.full((), float(t), device=device) for t in set(steps)}
-            torch._fused_adam_(list(s.unbind(0)), list(g_bar.unbind(0)), exp_avgs, exp_avg_sqs, [],
-                               [step_tensors[t] for t in steps], lr=1.0, beta1=beta1, beta2=beta2,
-                               weight_decay=0.0, eps=group["eps"], amsgrad=False, maximize=False)
-        else:
+            torch._fused_adamw_(list(s.unbind(0)), list(g_bar.unbind(0)), exp_avgs, exp_avg_sqs, [],
+                                [step_tensors[t] for t in steps], lr=1.0, beta1=beta1, beta2=beta2,
+                                weight_decay=1.0, eps=group["eps"], amsgrad=False, maximize=False)
+        else:   # torch.div below writes every element of s
             g_bars = list(g_bar.unbind(0))
             torch._foreach_lerp_(exp_avgs, g_bars, 1 - beta1)
             torch._foreach_mul_(exp_avg_sqs, beta2)
