@@ -79,13 +79,26 @@ def attention(q, k, v, config, dropout_p=0.0, sink=None):
 def sink_route(q, k, v, prefix=0, sink=None):
     """Softmax-1 (sink None) or the attention bias (sink = (k', v')) by the log-sum-exp route below: the CPU's
     path, and CUDA's where the Triton kernel cannot run."""
-    if sink is None:   # softmax-1: logit 0, value 0
+    compiling = torch.compiler.is_compiling()
+    if sink is None and compiling:   # softmax-1: logit 0, value 0
         c, u = q.new_zeros((), dtype=torch.float32), q.new_zeros(())
+    elif sink is None:   # eager: 0-d zeros made once per device and dtype
+        c, u = _zero(q.device, torch.float32), _zero(q.device, q.dtype)
     else:
         c, u = sink_logit(q, sink[0]), sink[1]
-    if torch.compiler.is_compiling():   # the custom op: one opaque node in the compiled graph
+    if compiling:   # the custom op: one opaque node in the compiled graph
         return sink_attention(q, k, v, c, u, prefix)[0]
     return SinkAttention.apply(q, k, v, c, u, prefix)   # eager: the same functions, less dispatch
+
+
+_ZEROS = {}
+
+
+def _zero(device, dtype):
+    """A 0-d zero of that device and dtype, shared by every call (never written; no grad)."""
+    if (device, dtype) not in _ZEROS:
+        _ZEROS[(device, dtype)] = torch.zeros((), device=device, dtype=dtype)
+    return _ZEROS[(device, dtype)]
 
 
 def flash_sink_kernel(q, k, v):
@@ -268,6 +281,7 @@ def _as_bthd(t):
 
 
 def _sink_forward(q, k, v, c, u, prefix):
+    """(y, L, w): the output, the real keys' log-sum-exp and their share w of each row."""
     o, lse = _lse_forward(q, k, v, prefix)
     w = _weight(lse, c)
     # y = w o + (1 - w) u, computed in fp32 and rounded once; in o's own memory when it has y's layout (the
@@ -277,7 +291,7 @@ def _sink_forward(q, k, v, c, u, prefix):
         y.copy_(torch.addcmul((1 - w) * u, o, w))
     else:         # u = 0 (softmax-1)
         y.mul_(w)
-    return y, lse
+    return y, lse, w
 
 
 def _weight(lse, c):
@@ -285,12 +299,13 @@ def _weight(lse, c):
     return torch.sigmoid(lse if c.dim() == 0 else lse - c).unsqueeze(-1)
 
 
-def _sink_backward(dy, q, k, v, c, u, y, lse, prefix, sink_grads):
-    w = _weight(lse, c)
+def _sink_backward(dy, q, k, v, c, u, y, lse, prefix, sink_grads, w=None):
+    """(dq, dk, dv, dc, du) in the kernel's layouts; dc, du None unless sink_grads. w: the forward's, or None."""
+    w = _weight(lse, c) if w is None else w
     do = (dy * w).to(dy.dtype)
-    dq, dk, dv = (_as_bthd(g) for g in _lse_backward(do, q, k, v, y, lse, prefix))
+    dq, dk, dv = _lse_backward(do, q, k, v, y, lse, prefix)
     if not sink_grads:
-        return dq, dk, dv, torch.zeros_like(c), torch.zeros_like(u)
+        return dq, dk, dv, None, None
     dyf, rest = dy.float(), 1 - w   # c is (B, H, T) and u (1, H, 1, d) here (attn_bias)
     dc = -(rest.squeeze(-1) * (dyf * (y.float() - u.float())).sum(-1))
     return dq, dk, dv, dc.to(c.dtype), (rest * dyf).sum((0, 2), keepdim=True).to(u.dtype)
@@ -305,7 +320,7 @@ def sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
     """Causal softmax attention of q, k, v (B, H, T, d) plus a sink key of logit c (fp32, (B, H, T) or a 0-d
     tensor) and value u ((1, H, 1, d) or a 0-d tensor), the first `prefix` tokens free of the causal mask.
     Returns (y, L): y (B, H, T, d) and the log-sum-exp L (B, H, T) fp32 of each query's real scores."""
-    return _sink_forward(q, k, v, c, u, prefix)
+    return _sink_forward(q, k, v, c, u, prefix)[:2]
 
 
 @sink_attention.register_fake
@@ -320,7 +335,9 @@ def sink_attention_backward(dy: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
                                                        torch.Tensor]:
     """(dq, dk, dv, dc, du) of sink_attention (dc, du zero unless sink_grads): the kernel's backward with
     out = y and grad = w dy, plus the sink's own terms."""
-    return _sink_backward(dy, q, k, v, c, u, y, lse, prefix, sink_grads)
+    dq, dk, dv, dc, du = _sink_backward(dy, q, k, v, c, u, y, lse, prefix, sink_grads)
+    return (*(_as_bthd(g) for g in (dq, dk, dv)), torch.zeros_like(c) if dc is None else dc,
+            torch.zeros_like(u) if du is None else du)   # the fake implementation's layouts, no None
 
 
 @sink_attention_backward.register_fake
@@ -345,12 +362,13 @@ sink_attention.register_autograd(_backward, setup_context=_setup_context)
 class SinkAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, c, u, prefix):
-        y, lse = _sink_forward(q, k, v, c, u, prefix)
-        ctx.save_for_backward(q, k, v, c, u, y, lse)
+        y, lse, w = _sink_forward(q, k, v, c, u, prefix)
+        ctx.save_for_backward(q, k, v, c, u, y, lse, w)
         ctx.prefix = prefix
         return y
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx, dy):   # autograd takes the kernel's gradient layouts and None for a sink without grad
+        *saved, w = ctx.saved_tensors
         sink_grads = ctx.needs_input_grad[3] or ctx.needs_input_grad[4]
-        return *_sink_backward(dy, *ctx.saved_tensors, ctx.prefix, sink_grads), None
+        return *_sink_backward(dy, *saved, ctx.prefix, sink_grads, w), None

@@ -78,28 +78,38 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def measure(fns, device, repeats, warmup):
-    """{name: seconds per call, one value per round}: every round calls each fn once, in turn, after
-    `warmup` untimed rounds."""
+def measure(fns, device, repeats, warmup, best_of=1):
+    """{name: seconds per call, one value per round}: every round calls each fn once, in turn, `best_of` times
+    over (a b c a b c ...), and keeps each fn's fastest call of the round; `warmup` untimed rounds first. On a
+    shared CPU a call that the scheduler interrupts takes several times as long: the best of a few calls in
+    turn is the round's time of the code itself, and the variants still share every round's conditions."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     sync(device)
     times = {name: [] for name in fns}
     for _ in range(repeats):
-        for name, fn in fns.items():
-            if device.type == 'cuda':
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times[name].append(start.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+        best = {name: float('inf') for name in fns}
+        for _ in range(best_of):
+            for name, fn in fns.items():
+                best[name] = min(best[name], time_call(fn, device))
+        for name in fns:
+            times[name].append(best[name])
     return times
+
+
+def time_call(fn, device):
+    """Seconds of one call: CUDA events around it on CUDA, wall time on the CPU."""
+    if device.type == 'cuda':
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def spread(values):
@@ -170,7 +180,7 @@ def fwd_bwd(forward, x, dy, sink=None):
     return step
 
 
-def time_variants(variants, device, repeats, warmup, inner):
+def time_variants(variants, device, repeats, warmup, inner, best_of=1):
     """{name: seconds per call per round}: CUDA graph replays of `inner` calls on CUDA (GPU time), plain calls
     on the CPU. A variant that cannot be captured is timed by plain calls and named in the returned set."""
     eager = set()
@@ -186,7 +196,7 @@ def time_variants(variants, device, repeats, warmup, inner):
                 eager.add(name)
         times = measure(fns, device, repeats, warmup)
         return {name: [t / inner for t in ts] for name, ts in times.items()}, eager
-    return measure(variants, device, repeats, warmup), eager
+    return measure(variants, device, repeats, warmup, best_of), eager
 
 
 ATTN_VARIANTS = {   # name in the JSON: what it runs (the first is every ratio's baseline)
@@ -199,7 +209,7 @@ ATTN_VARIANTS = {   # name in the JSON: what it runs (the first is every ratio's
 }
 
 
-def bench_attention(device, dtype, shapes, repeats, warmup, inner=10):
+def bench_attention(device, dtype, shapes, repeats, warmup, inner=10, best_of=1):
     rows = []
     for B, H, T, d in shapes:
         x, dy, sink = attention_inputs(B, H, T, d, device, dtype)
@@ -214,7 +224,8 @@ def bench_attention(device, dtype, shapes, repeats, warmup, inner=10):
             'softmax1_eager': fwd_bwd(lambda q, k, v: attention_probs(q, k, cfgs['softmax1']).to(dtype) @ v, x, dy),
         }
         log(f"attn B={B} H={H} T={T} d={d}: {', '.join(variants)}")
-        times, eager = time_variants(variants, device, repeats, warmup, inner if device.type == 'cuda' else 1)
+        times, eager = time_variants(variants, device, repeats, warmup, inner if device.type == 'cuda' else 1,
+                                     best_of)
         row = {'shape': [B, H, T, d], 'dtype': str(dtype).removeprefix('torch.'),
                'timing': 'cuda_graph' if device.type == 'cuda' else 'wall', 'timed_eagerly': sorted(eager)}
         row.update({name: summary(t) for name, t in times.items()})
@@ -307,7 +318,7 @@ def state_bytes(opt):
     return total + (opt.factor_bytes() if isinstance(opt, OrthoAdam) else 0)
 
 
-def bench_optimizer(device, sizes, variants, repeats, warmup):
+def bench_optimizer(device, sizes, variants, repeats, warmup, best_of=1):
     rows = []
     for size in sizes:
         model = model_for_optimizer(size, device)
@@ -321,7 +332,7 @@ def bench_optimizer(device, sizes, variants, repeats, warmup):
             label = name if name.startswith('adamw') else f"orthoadam {rotation}/{axes}"
             opts[label + (' stacked' if stacked else '')] = opt
         log(f"optim {size} ({n_params / 1e6:.1f}M params): {', '.join(opts)}")
-        times = measure({label: opt.step for label, opt in opts.items()}, device, repeats, warmup)
+        times = measure({label: opt.step for label, opt in opts.items()}, device, repeats, warmup, best_of)
         base = next(iter(opts))
         for label, opt in opts.items():
             row = {'model': size, 'params': n_params, 'optimizer': label, **summary(times[label]),
@@ -336,7 +347,7 @@ def bench_optimizer(device, sizes, variants, repeats, warmup):
 
 
 # ----------------------------------------------------------------------------- 3. training step
-def bench_train(device, size, batch_size, block_size, dtype, compile, repeats, warmup, accums):
+def bench_train(device, size, batch_size, block_size, dtype, compile, repeats, warmup, accums, best_of=1):
     """One row per variant and gradient accumulation: a step is `accum` micro-batches of batch_size x
     block_size (forward, backward) and one clip + optimizer step, as train.py runs it."""
     peak = peak_flops(device.type)
@@ -371,7 +382,7 @@ def bench_train(device, size, batch_size, block_size, dtype, compile, repeats, w
         if device.type == 'cuda':
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-        times = measure({label: step_fn(label, accum) for label in variants}, device, repeats, warmup)
+        times = measure({label: step_fn(label, accum) for label in variants}, device, repeats, warmup, best_of)
         for label, (raw, opt, _) in variants.items():
             row = {'model': size, 'variant': label, 'grad_accum': accum, 'batch_size': batch_size,
                    'block_size': block_size, 'dtype': str(dtype).removeprefix('torch.'), 'compile': compile,
@@ -407,7 +418,7 @@ def plan(device, quick):
     elif quick:
         attn_shapes, attn_dtype = [(2, 12, 128, 64), (1, 12, 256, 64)], torch.float32
         optim_sizes, train_cases, train_dtype = ['tiny', 'small'], [('tiny', 8, 64, [2, 1])], torch.float32
-        repeats, warmup = 5, 1
+        repeats, warmup = 11, 1
     else:
         attn_shapes, attn_dtype = [(4, 12, 256, 64), (2, 12, 1024, 64)], torch.float32
         optim_sizes, train_cases, train_dtype = ['small', '130m'], [('small', 8, 256, [4, 1])], torch.float32
@@ -423,7 +434,8 @@ def plan(device, quick):
             v.append(('orthoadam', 'haar', 'all'))        # 3072 x 3072 QRs: too slow for big CPU runs
         return v
     return dict(attn_shapes=attn_shapes, attn_dtype=attn_dtype, optim_sizes=optim_sizes, optim_variants=optim_variants,
-                train_cases=train_cases, train_dtype=train_dtype, repeats=repeats, warmup=warmup)
+                train_cases=train_cases, train_dtype=train_dtype, repeats=repeats, warmup=warmup,
+                best_of=3 if quick and not cuda else 1)   # quick CPU calls (ms) are where preemption scatters most
 
 
 def report(res):
@@ -482,7 +494,7 @@ def report(res):
 # (name, key of bench.py's JSON, comparison, target on CUDA, target on the CPU or None where it is CUDA's alone)
 TARGETS = [('softmax-1 / softmax attention fwd+bwd (worst shape)', 'attn_softmax1_over_softmax', '<=', 1.03, 1.05),
            ('attention bias / softmax attention fwd+bwd (worst shape)', 'attn_bias_over_softmax', '<=', 1.05, None),
-           ('OrthoAdam / fused AdamW step (largest model)', 'optim_step_orthoadam_over_adamw', '<=', 1.5, None),
+           ('OrthoAdam / fused AdamW step (largest model)', 'optim_step_orthoadam_over_adamw', '<=', 1.5, 4.0),
            ('OrthoAdam / AdamW optimizer state', 'optim_state_orthoadam_over_adamw', '<=', 1.05, 1.05),
            ('softmax-1 + OrthoAdam / vanilla training step, 60M', 'train_step_s1oa_over_vanilla_60m', '<=', 1.03, None),
            ('softmax-1 + OrthoAdam / vanilla training step, 130M', 'train_step_s1oa_over_vanilla_130m', '<=', 1.03,
@@ -601,16 +613,18 @@ def main(argv=None):
         res['tune'] = bench_tune(device, p['attn_shapes'], repeats, p['warmup'])
         save()
     if 'attn' in sections:
-        res['attention'] = bench_attention(device, p['attn_dtype'], p['attn_shapes'], repeats, p['warmup'])
+        res['attention'] = bench_attention(device, p['attn_dtype'], p['attn_shapes'], repeats, p['warmup'],
+                                           best_of=p['best_of'])
         save()
     if 'optim' in sections:
-        res['optimizer'] = bench_optimizer(device, p['optim_sizes'], p['optim_variants'], repeats, p['warmup'])
+        res['optimizer'] = bench_optimizer(device, p['optim_sizes'], p['optim_variants'], repeats, p['warmup'],
+                                           p['best_of'])
         save()
     if 'train' in sections:
         for size, B, T, accums in p['train_cases']:
             accums = [int(a) for a in args.grad_accum.split(',')] if args.grad_accum else accums
             res['train'] += bench_train(device, size, B, T, p['train_dtype'], compile, repeats,
-                                        p['warmup'] + (2 if compile else 0), accums)
+                                        p['warmup'] + (2 if compile else 0), accums, p['best_of'])
             if device.type == 'cuda':
                 torch.cuda.empty_cache()
             save()
