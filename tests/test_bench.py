@@ -67,6 +67,18 @@ def test_rounds_interleave_variants_and_ratios_are_paired():
     assert bench.spread([1.0, 1.0, 1.0, 1.0]) == 0.0
 
 
+def test_best_of_interleaves_calls_and_keeps_each_rounds_fastest(monkeypatch):
+    """best_of=2: a round calls a, b, a, b and keeps each one's faster call, so a call the scheduler interrupted
+    (a: 5 s, b: 9 s below) does not become the round's time."""
+    import bench
+    calls, durations = [], iter([5.0, 1.0, 2.0, 9.0, 3.0, 1.0, 1.0, 4.0])
+    monkeypatch.setattr(bench, 'time_call', lambda fn, device: (fn(), next(durations))[1])
+    times = bench.measure({'a': lambda: calls.append('a'), 'b': lambda: calls.append('b')},
+                          __import__('torch').device('cpu'), repeats=2, warmup=0, best_of=2)
+    assert calls == ['a', 'b'] * 4 and times == {'a': [2.0, 1.0], 'b': [1.0, 1.0]}
+    assert bench.plan(__import__('torch').device('cpu'), quick=True)['best_of'] == 3
+
+
 def test_scattered_ratios_and_a_busy_machine_are_reported_unreliable():
     import bench
     row = {'shape': [1, 2, 3, 4], 'softmax1_over_softmax_spread': 0.25, 'extra_key_over_softmax_spread': 0.01,
