@@ -29,14 +29,13 @@ Speed. On CUDA a parameter with exactly one rotated axis whose factor is one or 
 Triton kernel (orthoadam_kernel.py: g, p, m, v read once, p, m, v written once, as fused AdamW); kernel=False
 turns that off. A parameter with no rotated axis (Q = I: the norms' scalars, axes='none') takes torch's fused
 AdamW step, all of a group's in one call (fp32 parameters on CPU and CUDA). Everything else, and every
-rotated parameter on the CPU, takes the stacked path: the same-shaped
-parameters of a group are rotated as one stack (each member with its own Q; one matmul per pass for all of
-them, at most BUCKET_NUMEL elements per stack), a parameter bigger than that whose axis 0 is unrotated (the
-token embedding) in blocks of rows; each pass is one matmul on a view, signs are applied while stacking and
-while adding to p, and the moment update is torch's fused AdamW kernel on CPU and CUDA (run on the spare
-buffer with lr = 1 and weight decay 1, which zeroes it and subtracts m̂/(sqrt(v̂)+eps) in one pass). Workspace: two fp32
-buffers the size of the largest stack, handed back to the CUDA caching allocator after each step and kept
-between steps on CPU.
+rotated parameter on the CPU, takes the stacked path: the same-shaped parameters of a group are rotated as
+one stack (each member with its own Q; one matmul per pass for all of them, at most BUCKET_NUMEL elements
+per stack), a parameter bigger than that whose axis 0 is unrotated (the token embedding) in blocks of rows;
+each pass is one matmul on a view, signs are applied while stacking and while adding to p, and the moment
+update is torch's fused AdamW kernel on CPU and CUDA (on the spare buffer with lr = 1 and weight decay 1,
+which zeroes it and subtracts m̂/(sqrt(v̂)+eps) in one pass). Workspace: two fp32 buffers the size of the
+largest stack, handed back to the CUDA caching allocator after each step and kept between steps on CPU.
 
 Usage:
     opt = OrthoAdam(model.named_parameters(), lr=1e-3, weight_decay=0.1)
