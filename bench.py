@@ -28,10 +28,11 @@ Sections:
 
 Timing: the variants of one measurement are timed in turn, one call each per round, for --repeats rounds
 after warm-up, so that a change of machine load hits all of them alike; --quick on the CPU calls them in
-turn 3 times per round and keeps each one's fastest (a call the scheduler interrupted is not the round's time).
-A ratio is the median over rounds of the per-round ratio; its spread is the interquartile range of those
-ratios over their median. A ratio whose spread exceeds 10%, or any ratio of a CPU run started while the machine was busy (1-minute load
-average above max(0.5, cores / 10)), is marked unreliable: printed with '?' and listed in 'unreliable'.
+turn 3 times per round and keeps each one's fastest (a call the scheduler interrupted is not the round's
+time). A ratio is the median over rounds of the per-round ratio; its spread is the interquartile range of
+those ratios over their median. A ratio whose spread exceeds 10%, or any ratio of a CPU run started while
+the machine was busy (1-minute load average above max(0.5, cores / 10)), is marked unreliable: printed with
+'?' and listed in 'unreliable'.
 
 --json PATH writes {"device", "torch", "quick", "load_avg": [start, end], "cpu_count", "unreliable": [...],
  the target ratios of TARGETS ("attn_softmax1_over_softmax", "attn_bias_over_softmax" (worst shape),
