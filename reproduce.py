@@ -28,7 +28,7 @@ Rows of different tables with the same training config share one run (e.g. Table
 Table 5's rows at a scale where their schedules coincide).
 
 Output, per table, in <out>/<scale>/: <table>.md (the table in the paper's layout, ours / paper in
-each cell pair), <table>_trajectories.png (analyze.plot_trajectories: the probe of every evaluation of
+each cell pair), <table>_trajectories.png (plots.plot_trajectories: the probe of every evaluation of
 every run of the table against the tokens seen, one line per run) and <table>.json: {"table", "title",
 "scale", "scale_description", "columns": [{"name", "key", "paper": bool}], "rows": [{"config", "run_dir",
 "labels": [...], "ours": {key: value or null}, "paper": {key: value}}]}.
@@ -45,7 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
-from prepare_c4 import PrepareError, duration, load_meta, prepare_bigram_backcopy, prepare_offline, write_json
+from dataset import load_meta, prepare_bigram_backcopy, prepare_offline, resolve_dataset
+from fileio import PrepareError, duration, write_json
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -288,7 +289,7 @@ class Run:
 
 def resolve(config, overrides):
     """The training config train.py would use for config/<config>.py and the overrides."""
-    from train import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
+    from train_config import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
     path = os.path.join(ROOT, 'config', f'{config}.py')
     try:
         return load_config(DEFAULTS, [path] + overrides, CHOICES, RANGES)
@@ -304,7 +305,7 @@ def saved_identity(identity):
     """A run's saved identity with the config keys added to train.py since then at their defaults (which
     reproduce what the run did) and without the keys NOT_IDENTITY gained since (eval_interval), so that older
     runs still match."""
-    from train import DEFAULTS
+    from train_config import DEFAULTS
     added = {k: v for k, v in DEFAULTS.items() if k not in identity and k not in NOT_IDENTITY}
     kept = {k: v for k, v in identity.items() if k not in NOT_IDENTITY}
     return json.loads(json.dumps({**added, **kept}, default=str))
@@ -358,7 +359,8 @@ def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
 
 
 def data_dir(dataset):
-    return dataset if os.path.isabs(dataset) else os.path.join(ROOT, 'data', dataset)
+    """The folder of a run's dataset, as train.py (run in ROOT) resolves it: dataset.resolve_dataset's rule."""
+    return dataset if os.path.isabs(dataset) else os.path.join(ROOT, resolve_dataset(dataset))
 
 
 def scale_dataset(scale: Scale):
@@ -399,7 +401,7 @@ def expected_seconds(run):
     sigmoid: the T x T matrix) at half that, plus RUN_OVERHEAD_S."""
     import torch
     from model import GPT, GPTConfig
-    from train import MODEL_KEYS
+    from train_config import MODEL_KEYS
     vocab = load_meta(data_dir(run.cfg['dataset']))['vocab_size']
     with torch.device('meta'):
         model = GPT(GPTConfig(**{k: run.cfg[k] for k in MODEL_KEYS} | {'vocab_size': vocab}))
@@ -588,8 +590,8 @@ def render(name, runs, scale_name, scale: Scale):
 
 def draw_trajectories(name, runs, out):
     """<out>/<name>_trajectories.png: the probes that train.py logged at the evaluations of the table's runs, one
-    line per run in the table's row order (analyze.plot_trajectories); None when no run has a probe yet."""
-    import analyze   # torch and matplotlib: only when drawing
+    line per run in the table's row order (plots.plot_trajectories); None when no run has a probe yet."""
+    import plots   # torch and matplotlib: only when drawing
     ordered = []
     for row in TABLES[name].rows:
         run = next((r for r in runs for t, rr in r.rows if t == name and rr is row), None)
@@ -597,7 +599,7 @@ def draw_trajectories(name, runs, out):
             ordered.append(run)
     logs = [(run.name, os.path.join(run.cfg['out_dir'], 'log.jsonl')) for run in ordered]
     logs = [(label, log) for label, log in logs if os.path.isfile(log)]
-    return analyze.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
+    return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
 
 
 # ----------------------------------------------------------------------------- command line
