@@ -173,7 +173,10 @@ def main(argv=None):
         d = results[0]['data']
         print(f"{d['dir']} val split, {d['documents']:,} documents, {d['positions']:,} positions. E_m = mean over "
               f"layers; First Attn = share of (query > 0, head) pairs whose most-attended key is key 0; Sink rate = "
-              f"share of (document, layer, head) whose mean attention on key 0 exceeds ε = {args.sink_eps:g}.\n")
+              f"share of (document, layer, head) whose mean attention on key 0 exceeds ε = {args.sink_eps:g}. PPL: each "
+              f"document read from its first token (up to the block size), so it differs from train.py's val ppl, "
+              f"which is over consecutive block_size windows of val.bin cut without regard to documents, so most "
+              f"predictions there have a longer context.\n")
         for header, rows in table_rows(results):
             print(text_table(header, rows) + '\n')
         if args.json:

@@ -355,9 +355,8 @@ def main(argv=None):
         specs = args.ckpt + args.init_from
         if not specs:
             p.error('nothing to evaluate: give --ckpt PATH..., --init_from NAME... or --table JSON...')
-        missing = [c for c in args.ckpt if not os.path.exists(c)]
-        if missing:
-            raise ValueError(f"checkpoint {missing[0]} not found")
+        for c in args.ckpt:
+            runs.check_ckpt(c)
         if args.batch_size < 1 or args.max_docs < 0:
             raise ValueError("--batch_size must be >= 1 and --max_docs >= 0")
         device = devices.choose_device(args.device)

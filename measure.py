@@ -173,6 +173,7 @@ def seen_targets(lm: LoadedModel):
 
 def nll_sum(logits, idx, mask, skip=0):
     """(sum of next-token NLL, number of predicted tokens) over positions t >= skip with mask[t] and mask[t+1]."""
+    logits = logits.detach()    # a measurement, not a loss: no graph (float() of a tensor that needs grad warns)
     pairs = (mask[:, :-1] & mask[:, 1:]).sum(1)    # a row's predicted positions are a prefix (right padding)
     nll, count = 0.0, 0
     for b in range(len(idx)):      # one document at a time: its (T, vocab) log-probabilities stay in cache

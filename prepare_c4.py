@@ -85,7 +85,7 @@ import time
 
 from dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_offline,
                      prepare_wikitext2)
-from fileio import PrepareError
+from fileio import PrepareError, disk_full, disk_full_text
 
 
 def count(text: str) -> int:
@@ -146,6 +146,12 @@ def main(argv=None):
                              a.train_tokens or 100_000_000, a.val_docs or 100_000, a.num_proc, a.force)
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+    except OSError as e:
+        if not disk_full(e):
+            raise
+        print(f"error: {disk_full_text(e.filename or a.out_dir or 'data')}; finished splits are kept, the unfinished "
+              f"one was removed", file=sys.stderr)
         raise SystemExit(2)
     except KeyboardInterrupt:
         print("interrupted: finished splits are kept; run the same command again to resume", file=sys.stderr)

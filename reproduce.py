@@ -543,13 +543,19 @@ def _get(results, key):
 
 
 def read_results(run_dir):
+    """A run's analysis.json and quant.json. A file that cannot be read (e.g. truncated by a killed run) is named in one
+    warning line and left out: its cells show '–' and the other rows render."""
     out = {}
     for source, name in (('analysis', 'analysis.json'), ('quant', 'quant.json')):
         path = os.path.join(run_dir, name)
         if os.path.isfile(path):
-            with open(path) as f:
-                data = json.load(f)
-            out[source] = data['models'][0] if source == 'quant' else data
+            try:
+                with open(path) as f:
+                    data = json.load(f)
+                out[source] = data['models'][0] if source == 'quant' else data
+            except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+                print(f"warning: {path} cannot be read ({type(e).__name__}: {e}); its cells are left empty "
+                      f"(delete it and run the same command without --render to measure again)", file=sys.stderr)
     return out
 
 
@@ -617,6 +623,8 @@ def main(argv=None):
     p.add_argument('--iters', type=int, help="iterations per row (x the row's schedule factor) instead of the scale's")
     p.add_argument('--dry_run', action='store_true', help='print the commands of the runs to do; run nothing')
     p.add_argument('--render', action='store_true', help='render the tables from existing results; run nothing')
+    p.add_argument('--allow_cpu', action='store_true', help='start the paper or gpu scale on a machine without a CUDA '
+                   'GPU (days of work; without this flag such a run shows its plan and stops)')
     args = p.parse_args(argv)
     if args.nproc < 1 or args.jobs < 1:
         p.error('--nproc and --jobs must be >= 1')
@@ -625,6 +633,8 @@ def main(argv=None):
         if args.iters < 1:
             p.error('--iters must be >= 1')
         scale = replace(scale, iters=args.iters, description=f"{scale.description}; --iters {args.iters}")
+    if args.dataset and (os.sep in args.dataset or os.path.isabs(args.dataset)):
+        args.dataset = os.path.abspath(args.dataset)   # a path from here: the runs' subprocesses work in ROOT
     if not args.dataset and scale_dataset(scale):
         scale = replace(scale, overrides={**scale.overrides, 'dataset': scale_dataset(scale)})
     out = os.path.join(os.path.abspath(args.out), args.scale)
@@ -639,6 +649,14 @@ def main(argv=None):
                     print(f"# {run.name} ({state}) {step}\n{' '.join(cmd)}")
             return
         failures = []
+        if not args.render and args.scale in ('paper', 'gpu') and not args.allow_cpu and not _cuda():
+            todo = [r for r in runs if status(r) == 'todo']
+            tokens = sum(r.cfg['max_iters'] * r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps']
+                         * r.cfg['block_size'] for r in todo)
+            raise SweepError(f"--scale {args.scale} trains {len(todo)} run(s), {tokens / 1e6:,.0f} M tokens, sized for "
+                             f"GPUs (the plan above); this machine has no CUDA GPU, where that takes days: use --scale "
+                             f"mini (the CPU miniature, minutes), --dry_run to see the commands, or --allow_cpu to "
+                             f"start anyway")
         if not args.render:
             ensure_data(runs)
             failures = run_all(runs, scale, args.nproc, args.jobs)

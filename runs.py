@@ -16,7 +16,7 @@ try:
 except ImportError:  # Windows: runs go unlocked, with a warning
     fcntl = None
 
-from dataset import load_meta
+from dataset import load_meta, resolve_dataset
 from fileio import PrepareError
 from model import GPT, GPTConfig, load_hf
 from tokenizer import load_tokenizer
@@ -96,13 +96,22 @@ def fsync_dir(path):
 
 
 def save_checkpoint(path, ckpt):
-    """Atomic: write to a temporary file in the same folder, fsync, then rename over the old one."""
+    """Atomic: write to a temporary file in the same folder, fsync, then rename over the old one. A write that fails
+    (a full disk: OSError ENOSPC, or torch.save's RuntimeError) removes the temporary file and leaves the old
+    checkpoint as it was; the caller decides what to say (fileio.disk_full)."""
     tmp = f"{path}.tmp"
-    with open(tmp, 'wb') as f:
-        torch.save(ckpt, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, 'wb') as f:
+            torch.save(ckpt, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
     fsync_dir(path)
 
 
@@ -167,6 +176,30 @@ class LoadedModel:
     data: str | None = None    # ours: the dataset folder it was trained on (the default --data)
 
 
+def run_dataset(dataset, ckpt_path, recorded=None):
+    """The folder of the data a checkpoint was trained on, whatever the working directory is now: the absolute folder
+    the checkpoint records (newer checkpoints), else the config's dataset (dataset.resolve_dataset: data/<name> or a
+    path) looked up from here, then from each folder above the checkpoint's (train.py ran in one of them, usually
+    the repository). The first that holds meta.json; else the lookup from here, so that the error names it."""
+    if not dataset and not recorded:
+        return None
+    if recorded and os.path.isfile(os.path.join(recorded, 'meta.json')):
+        return recorded
+    if not dataset:
+        return recorded
+    here = resolve_dataset(dataset)
+    if os.path.isabs(here) or os.path.isfile(os.path.join(here, 'meta.json')):
+        return here
+    folder = os.path.dirname(os.path.abspath(ckpt_path))
+    while True:
+        candidate = os.path.join(folder, here)
+        if os.path.isfile(os.path.join(candidate, 'meta.json')):
+            return candidate
+        if os.path.dirname(folder) == folder:
+            return here
+        folder = os.path.dirname(folder)
+
+
 def load_model(spec: str, device: str = 'cpu', block_size: int | None = None) -> LoadedModel:
     """A train.py checkpoint (a .pt file or a folder holding ckpt.pt), a Hugging Face name / folder or a GGUF file."""
     path = os.path.join(spec, 'ckpt.pt') if os.path.isfile(os.path.join(spec, 'ckpt.pt')) else spec
@@ -175,7 +208,7 @@ def load_model(spec: str, device: str = 'cpu', block_size: int | None = None) ->
         train_cfg = ckpt.get('config') or {}
         config = dict(ckpt['model_args'], n_params=model.num_params(), optimizer=train_cfg.get('optimizer'),
                       iter_num=ckpt.get('iter_num'), dataset=train_cfg.get('dataset'))
-        data = os.path.join('data', train_cfg['dataset']) if train_cfg.get('dataset') else None
+        data = run_dataset(train_cfg.get('dataset'), path, (ckpt.get('data') or {}).get('dir'))
         tokenizer = ckpt.get('tokenizer')
         if tokenizer is None and data is not None:    # checkpoints that do not record it: the data they trained on
             try:

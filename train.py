@@ -392,7 +392,7 @@ def checkpoint(r, *paths):
             'bos': r.bos,
             'tokenizer': r.meta.get('tokenizer_info'), 'rng': states,
             'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': r.iter_num,
-                     'identity': data_identity(r.meta)}}
+                     'identity': data_identity(r.meta), 'dir': os.path.abspath(os.path.dirname(r.paths['val']))}}
         for path in paths:   # no links between them: a write into one file (a cp onto it, a truncation) leaves the others
             try:
                 save_checkpoint(path, contents)
@@ -581,7 +581,11 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
             print(f"model: {r.raw_model.num_params() / 1e6:.2f}M parameters | {cfg['optimizer']} | attn={cfg['attn']} "
                   f"norm={cfg['norm']} pos_emb={cfg['pos_emb']} | {world} rank(s) x {len(share)} micro-batches x "
                   f"{rows} x {cfg['block_size']} = {tokens_per_iter:,} tokens/iter | {device} {cfg['dtype']}")
-        if cfg['eval_only']:
+        finished = r.last_saved is not None and r.iter_num >= cfg['max_iters'] and not cfg['eval_only']
+        if finished and r.master:   # e.g. the main job run a second time (init_from='auto')
+            print(f"{r.ckpt_path} is a finished run (iteration {r.iter_num} of max_iters={cfg['max_iters']}): nothing "
+                  f"to train, its evaluation again (not added to log.jsonl); raise --max_iters to train on")
+        if cfg['eval_only'] or finished:
             val_loss, val_ppl, n = evaluate(r.model, r.paths['val'], meta, cfg, rank, world, device, r.autocast)
             if r.master:
                 print(f"eval at iter {r.iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
