@@ -582,14 +582,14 @@ def test_perplexity_leaves_out_the_targets_a_free_prefix_lets_the_model_see(tmp_
     token: analyze.py's perplexity leaves them out, as train.py's loss does; counted by hand."""
     import torch
     from model import GPT, GPTConfig
-    import analyze
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=12, vocab_size=30, causal_free_prefix=4)).eval()
     lm = runs.LoadedModel('x', model, 'ours', None, 12, 30, {})
     idx = torch.randint(0, 30, (2, 12))
     mask = torch.ones(2, 12, dtype=torch.bool)
     mask[1, 7:] = False                                # the second document has 7 tokens
-    logits = model(idx)[0]
+    with torch.no_grad():   # a measurement: no graph
+        logits = model(idx)[0]
     nll, n = measure.nll_sum(logits, idx, mask, measure.seen_targets(lm))
     logp = torch.log_softmax(logits.double(), -1)
     want = [-logp[0, t, idx[0, t + 1]] for t in range(3, 11)] + [-logp[1, t, idx[1, t + 1]] for t in range(3, 6)]

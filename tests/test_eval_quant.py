@@ -316,7 +316,7 @@ def test_cli_table_json_and_markdown(trained, data, tmp_path, capsys):
 
 
 @pytest.mark.parametrize('args, message', [
-    (['--ckpt', 'nowhere/ckpt.pt'], 'checkpoint nowhere/ckpt.pt not found'),
+    (['--ckpt', 'nowhere/ckpt.pt'], '--ckpt nowhere/ckpt.pt: not found, no such file or folder'),
     (['--schemes', 'fine,int4'], "unknown scheme 'int4'"),
     (['--schemes', 'zeropoint12'], 'bit width 12 is not supported'),
     (['--schemes', 'absmax4g5'], 'group size 5 does not divide'),
