@@ -17,7 +17,7 @@ import prepare_c4
 from model import GPT, GPTConfig
 import dataset
 import runs
-import tokenizer
+import tokenizer as tokenizer_lib
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 MERGES = (b'th', b'the', b' the', b'in', b'ing', b' in', b'er', b'en', b' a', b'at', b' m', b' mat')
@@ -31,7 +31,7 @@ def vocab(tmp_path_factory):
         ranks[m] = len(ranks)
     path = tmp_path_factory.mktemp('vocab') / 'tiny.tiktoken'
     path.write_bytes(b''.join(base64.b64encode(t) + b' ' + str(r).encode() + b'\n' for t, r in ranks.items()))
-    enc = tiktoken.Encoding('tiny', pat_str=tokenizer.GPT2_PAT, mergeable_ranks=ranks,
+    enc = tiktoken.Encoding('tiny', pat_str=tokenizer_lib.GPT2_PAT, mergeable_ranks=ranks,
                             special_tokens={'<|endoftext|>': len(ranks)})
     return str(path), enc
 
@@ -39,7 +39,7 @@ def vocab(tmp_path_factory):
 def checkpoint(tmp_path, vocab, bos=None, **kw):
     """A tiny random GPT-2-style checkpoint recording the tiny tokenizer; (LoadedModel, Tokenizer)."""
     torch.manual_seed(0)
-    record = tokenizer.load_tokenizer(vocab[0]).record()
+    record = tokenizer_lib.load_tokenizer(vocab[0]).record()
     cfg = GPTConfig(**dict(n_layer=2, n_head=2, n_embd=32, block_size=T, vocab_size=record['vocab_size']) | kw)
     model = GPT(cfg).eval()
     with torch.no_grad():
@@ -48,7 +48,7 @@ def checkpoint(tmp_path, vocab, bos=None, **kw):
     path = tmp_path / 'ckpt.pt'
     torch.save({'model': model.state_dict(), 'model_args': cfg.__dict__.copy(), 'iter_num': 0, 'config': {},
                 'tokenizer': record, 'bos': bos}, path)
-    return runs.load_model(str(path)), tokenizer.load_tokenizer(vocab[0])
+    return runs.load_model(str(path)), tokenizer_lib.load_tokenizer(vocab[0])
 
 
 @torch.no_grad()

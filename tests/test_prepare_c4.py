@@ -21,7 +21,7 @@ import fileio
 import measure
 import runs
 import sources
-import tokenizer
+import tokenizer as tokenizer_lib
 import train_config
 
 TRAIN = [  # two train shards
@@ -55,7 +55,7 @@ def vocab(tmp_path):
     ranks = {bytes([i]): i for i in range(256)}
     for m in MERGES:
         ranks[m] = len(ranks)
-    enc = tiktoken.Encoding("tiny", pat_str=tokenizer.GPT2_PAT, mergeable_ranks=ranks,
+    enc = tiktoken.Encoding("tiny", pat_str=tokenizer_lib.GPT2_PAT, mergeable_ranks=ranks,
                             special_tokens={"<|endoftext|>": len(ranks)})
     path = tmp_path / "tiny.tiktoken"
     path.write_bytes(b"".join(base64.b64encode(t) + b" " + str(r).encode() + b"\n" for t, r in ranks.items()))
@@ -103,14 +103,14 @@ def test_local_shards_tiktoken_end_to_end(shards, vocab, tmp_path):
 
 
 def test_worker_processes_keep_order(shards, vocab, tmp_path, monkeypatch):
-    monkeypatch.setattr(tokenizer, "CHUNK_DOCS", 2)
+    monkeypatch.setattr(tokenizer_lib, "CHUNK_DOCS", 2)
     metas = [dataset.load_meta(dataset.prepare_c4(tmp_path / f"out{n}", str(vocab[0]), [str(shards)], num_proc=n))
              for n in (1, 2)]
     assert metas[0]["splits"] == metas[1]["splits"]
 
 
 def test_bytes_round_trip_and_bounds(shards, tmp_path, monkeypatch):
-    monkeypatch.setattr(tokenizer, "CHUNK_DOCS", 3)  # the bound falls in a later chunk
+    monkeypatch.setattr(tokenizer_lib, "CHUNK_DOCS", 3)  # the bound falls in a later chunk
     texts = TRAIN[0] + TRAIN[1]
     lengths = np.cumsum([len(t.encode()) + 1 for t in texts])
     bound = int(lengths[4]) - 5  # inside document 4: documents 0..4 are kept
@@ -172,7 +172,7 @@ def test_gpt2_vocabulary_unavailable(tmp_path, monkeypatch, capsys):
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: cannot load the GPT-2 vocabulary")
     assert "TIKTOKEN_CACHE_DIR" in err and "--tokenizer bytes" in err
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
-    assert tokenizer.load_tokenizer("auto").name == "bytes"  # auto never goes to the network
+    assert tokenizer_lib.load_tokenizer("auto").name == "bytes"  # auto never goes to the network
 
 
 def test_bad_shards_are_one_line_errors(tmp_path, capsys):
@@ -203,8 +203,8 @@ def test_bad_shards_are_one_line_errors(tmp_path, capsys):
 
 
 def test_interruption_leaves_nothing_loadable_then_resumes(shards, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(tokenizer, "CHUNK_DOCS", 2)
-    real_encode, encoded = tokenizer.encode_chunk, []
+    monkeypatch.setattr(tokenizer_lib, "CHUNK_DOCS", 2)
+    real_encode, encoded = tokenizer_lib.encode_chunk, []
 
     def interrupt_in_train(texts, tok):
         if texts[0] in TRAIN[0][2:]:  # the second chunk of the train split
@@ -212,7 +212,7 @@ def test_interruption_leaves_nothing_loadable_then_resumes(shards, tmp_path, mon
         encoded.extend(texts)
         return real_encode(texts, tok)
 
-    monkeypatch.setattr(tokenizer, "encode_chunk", interrupt_in_train)
+    monkeypatch.setattr(tokenizer_lib, "encode_chunk", interrupt_in_train)
     out = tmp_path / "out"
     args = ["--data_files", str(shards), "--tokenizer", "bytes", "--out_dir", str(out), "--num_proc", "1"]
     code, err = run_main(args, capsys)
@@ -226,7 +226,7 @@ def test_interruption_leaves_nothing_loadable_then_resumes(shards, tmp_path, mon
         return real_encode(texts, tok)
 
     encoded.clear()
-    monkeypatch.setattr(tokenizer, "encode_chunk", counting)
+    monkeypatch.setattr(tokenizer_lib, "encode_chunk", counting)
     prepare_c4.main(args)
     assert encoded == TRAIN[0] + TRAIN[1]  # val was not encoded again
     fresh = dataset.prepare_c4(tmp_path / "fresh", "bytes", [str(shards)])
@@ -239,7 +239,7 @@ def test_rerun_skips_and_changed_arguments_need_force(shards, tmp_path, monkeypa
     prepare_c4.main(args)
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     calls = []
-    monkeypatch.setattr(tokenizer, "encode_chunk", lambda *a: calls.append(1))
+    monkeypatch.setattr(tokenizer_lib, "encode_chunk", lambda *a: calls.append(1))
     prepare_c4.main(args)
     assert calls == [] and {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == mtimes
     code, err = run_main(args + ["--train_tokens", "100"], capsys)
@@ -280,7 +280,7 @@ def test_load_meta_rejects_corrupt_folders(shards, tmp_path):
 
 
 def test_offline_corpus_is_deterministic(tmp_path, monkeypatch):
-    monkeypatch.setattr(tokenizer, "CHUNK_DOCS", 64)
+    monkeypatch.setattr(tokenizer_lib, "CHUNK_DOCS", 64)
     a, b = (dataset.load_meta(dataset.prepare_offline(tmp_path / d, "bytes", max_docs=300)) for d in "ab")
     assert a["splits"] == b["splits"] and a["stand_in_for_c4"] is True and "NOT C4" in a["description"]
     assert a["splits"]["train"]["documents"] + a["splits"]["val"]["documents"] == 300
@@ -295,12 +295,12 @@ def test_offline_corpus_is_deterministic(tmp_path, monkeypatch):
 
 def test_small_pieces(tmp_path):
     import tiktoken_ext.openai_public
-    assert tokenizer.GPT2_PAT == tiktoken_ext.openai_public.r50k_pat_str
+    assert tokenizer_lib.GPT2_PAT == tiktoken_ext.openai_public.r50k_pat_str
     assert prepare_c4.count("1e5") == prepare_c4.count("100_000") == 100_000
     bad = tmp_path / "gap.tiktoken"
     bad.write_bytes(base64.b64encode(b"a") + b" 0\n" + base64.b64encode(b"b") + b" 2\n")
     with pytest.raises(fileio.PrepareError, match="ranks"):
-        tokenizer.load_tokenizer(str(bad))
+        tokenizer_lib.load_tokenizer(str(bad))
 
 
 @pytest.mark.parametrize("source", ["shards", "offline"])

@@ -26,7 +26,7 @@ import optimizers
 import runs
 import sources
 import tables
-import tokenizer
+import tokenizer as tokenizer_lib
 import train_config
 
 transformers = pytest.importorskip('transformers')
@@ -210,17 +210,17 @@ def test_analysis_through_from_hf_equals_analysis_through_transformers(tmp_path)
 # ----------------------------------------------------------------------------- tokenizers
 def test_hf_tokenizer_gives_tiktoken_ids_on_the_same_bpe(tmp_path):
     ranks = tiny_ranks()
-    ref = tiktoken.Encoding('tiny', pat_str=tokenizer.GPT2_PAT, mergeable_ranks=ranks,
+    ref = tiktoken.Encoding('tiny', pat_str=tokenizer_lib.GPT2_PAT, mergeable_ranks=ranks,
                             special_tokens={'<|endoftext|>': len(ranks)})
-    hf = tokenizer.load_tokenizer(f"hf:{write_hf_tokenizer(tmp_path / 'tok', ranks)}")
-    tt = tokenizer.load_tokenizer(str(write_tiktoken(tmp_path / 'tiny.tiktoken', ranks)))
-    for text in TEXTS + [tokenizer.PROBE_TEXT]:
+    hf = tokenizer_lib.load_tokenizer(f"hf:{write_hf_tokenizer(tmp_path / 'tok', ranks)}")
+    tt = tokenizer_lib.load_tokenizer(str(write_tiktoken(tmp_path / 'tiny.tiktoken', ranks)))
+    for text in TEXTS + [tokenizer_lib.PROBE_TEXT]:
         assert list(hf.encode(text)) == list(tt.encode(text)) == ref.encode_ordinary(text), text
     assert (hf.vocab_size, hf.eot_token, hf.eot_text, hf.add_bos) == (len(ranks) + 1, len(ranks), '<|endoftext|>', False)
     assert hf.name == f"hf:{tmp_path / 'tok'}" and len(hf.sha256) == 64
-    assert tokenizer.tokenizer_mismatch(hf.record(), tt.record()) is None
-    assert 'differ' in tokenizer.tokenizer_mismatch(hf.record(), tokenizer.load_tokenizer('bytes').record())
-    assert tokenizer.tokenizer_mismatch({'name': 'old'}, hf.record()) is None         # no probe: cannot tell
+    assert tokenizer_lib.tokenizer_mismatch(hf.record(), tt.record()) is None
+    assert 'differ' in tokenizer_lib.tokenizer_mismatch(hf.record(), tokenizer_lib.load_tokenizer('bytes').record())
+    assert tokenizer_lib.tokenizer_mismatch({'name': 'old'}, hf.record()) is None         # no probe: cannot tell
 
 
 def test_prepare_with_a_model_tokenizer_records_it_and_round_trips(tmp_path):
@@ -229,7 +229,7 @@ def test_prepare_with_a_model_tokenizer_records_it_and_round_trips(tmp_path):
     meta = dataset.load_meta(out)
     info = meta['tokenizer_info']
     assert meta['tokenizer'] == info['name'] == f'hf:{folder}' and meta['eot_token'] == info['eot_token'] == 267
-    assert info['probe'] == list(tokenizer.load_tokenizer(f'hf:{folder}').encode(tokenizer.PROBE_TEXT))
+    assert info['probe'] == list(tokenizer_lib.load_tokenizer(f'hf:{folder}').encode(tokenizer_lib.PROBE_TEXT))
     assert meta['args']['tokenizer_sha256'] == info['sha256']
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
     docs = sources.offline_splits(sources.offline_documents(80))['val']
@@ -249,9 +249,9 @@ def test_c4_shards_in_a_model_vocabulary(tmp_path):
 
 
 def test_a_tokenizer_that_writes_its_separator_inside_a_document_is_refused():
-    tok = tokenizer.Tokenizer('t', 10, 3, lambda text: [1, 3, 2])
+    tok = tokenizer_lib.Tokenizer('t', 10, 3, lambda text: [1, 3, 2])
     with pytest.raises(fileio.PrepareError, match='separator 3 inside a document'):
-        tokenizer.encode_chunk(['x'], tok)
+        tokenizer_lib.encode_chunk(['x'], tok)
 
 
 def write_data_gym(folder, ranks):
@@ -269,7 +269,7 @@ def test_gpt2_from_a_local_ranks_file_equals_tiktokens_gpt2_definition(tmp_path,
     import tiktoken_ext.openai_public as public
     ranks = tiny_ranks()
     write_data_gym(tmp_path, ranks)
-    files = {url: (tmp_path / os.path.basename(url)).read_bytes() for url in tokenizer.GPT2_FILES}
+    files = {url: (tmp_path / os.path.basename(url)).read_bytes() for url in tokenizer_lib.GPT2_FILES}
     monkeypatch.setattr(tiktoken.load, 'read_file_cached', lambda url, expected_hash=None: files[url])
     definition = public.gpt2()
     definition['explicit_n_vocab'] = len(ranks) + 1
@@ -278,13 +278,13 @@ def test_gpt2_from_a_local_ranks_file_equals_tiktokens_gpt2_definition(tmp_path,
     path = write_tiktoken(tmp_path / 'gpt2.tiktoken', ranks)
     monkeypatch.setenv('GPT2_TIKTOKEN', str(path))
     with pytest.raises(fileio.PrepareError, match="not GPT-2's BPE ranks"):        # the sha256 is checked
-        tokenizer.load_tokenizer('gpt2')
+        tokenizer_lib.load_tokenizer('gpt2')
     import hashlib
-    monkeypatch.setattr(tokenizer, 'R50K_SHA256', hashlib.sha256(path.read_bytes()).hexdigest())
-    tok = tokenizer.load_tokenizer('gpt2')
+    monkeypatch.setattr(tokenizer_lib, 'R50K_SHA256', hashlib.sha256(path.read_bytes()).hexdigest())
+    tok = tokenizer_lib.load_tokenizer('gpt2')
     for text in TEXTS:
         assert list(tok.encode(text)) == ref.encode_ordinary(text)
-    assert tok.name == 'gpt2' and tok.eot_token == len(ranks) and tok.sha256 == tokenizer.R50K_SHA256
+    assert tok.name == 'gpt2' and tok.eot_token == len(ranks) and tok.sha256 == tokenizer_lib.R50K_SHA256
 
 
 def test_missing_gpt2_vocabulary_says_exactly_what_to_do(tmp_path, monkeypatch, capsys):
@@ -298,13 +298,13 @@ def test_missing_gpt2_vocabulary_says_exactly_what_to_do(tmp_path, monkeypatch, 
     assert 'pip download --no-deps --no-binary :all: openai-whisper==20250625' in err and 'GPT2_TIKTOKEN=' in err
     monkeypatch.setenv('GPT2_TIKTOKEN', str(tmp_path / 'nowhere.tiktoken'))
     with pytest.raises(fileio.PrepareError, match='no such file'):
-        tokenizer.load_tokenizer('gpt2')
+        tokenizer_lib.load_tokenizer('gpt2')
 
 
 def test_real_gpt2_ranks_give_gpt2_ids():
-    if tokenizer.gpt2_ranks_file() is None:
+    if tokenizer_lib.gpt2_ranks_file() is None:
         pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see docs/data.md; .ci/run fetches one)')
-    tok = tokenizer.load_tokenizer('gpt2')
+    tok = tokenizer_lib.load_tokenizer('gpt2')
     assert list(tok.encode('Hello world')) == [15496, 995] and list(tok.encode(' the')) == [262]
     assert (tok.vocab_size, tok.eot_token) == (50257, 50256)
     assert list(tok.encode('<|endoftext|>')) == [27, 91, 437, 1659, 5239, 91, 29]      # text, not the eot token
@@ -314,26 +314,26 @@ def test_gguf_metadata_reads_what_the_gguf_package_writes(tmp_path):
     gguf = pytest.importorskip('gguf')
     path = str(tmp_path / 'm.gguf')
     w = gguf.GGUFWriter(path, 'llama')
-    w.add_string('tokenizer.ggml.pre', 'smollm')
-    w.add_array('tokenizer.ggml.tokens', ['a', 'bb', 'ccc'])
-    w.add_array('tokenizer.ggml.token_type', [1, 3, 1])
+    w.add_string('tokenizer_lib.ggml.pre', 'smollm')
+    w.add_array('tokenizer_lib.ggml.tokens', ['a', 'bb', 'ccc'])
+    w.add_array('tokenizer_lib.ggml.token_type', [1, 3, 1])
     w.add_uint32('llama.block_count', 3)
     w.add_float32('llama.rope.freq_base', 100000.0)
-    w.add_bool('tokenizer.ggml.add_bos_token', False)
+    w.add_bool('tokenizer_lib.ggml.add_bos_token', False)
     w.add_tensor('w', np.ones((2, 3), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     # what was written, scalars only (arrays skipped); GGUFWriter adds the architecture key itself
-    expected = {'general.architecture': 'llama', 'tokenizer.ggml.pre': 'smollm', 'llama.block_count': 3,
-                'llama.rope.freq_base': 100000.0, 'tokenizer.ggml.add_bos_token': False}
-    got = tokenizer.gguf_metadata(path)
-    assert got == expected and type(got['tokenizer.ggml.add_bos_token']) is bool
+    expected = {'general.architecture': 'llama', 'tokenizer_lib.ggml.pre': 'smollm', 'llama.block_count': 3,
+                'llama.rope.freq_base': 100000.0, 'tokenizer_lib.ggml.add_bos_token': False}
+    got = tokenizer_lib.gguf_metadata(path)
+    assert got == expected and type(got['tokenizer_lib.ggml.add_bos_token']) is bool
     for name, content in (('x.gguf', b'nope'), ('empty.gguf', b''), ('short.gguf', b'GGUF\x03\x00')):
         (tmp_path / name).write_bytes(content)
         with pytest.raises(ValueError, match='not a GGUF'):
-            tokenizer.gguf_metadata(str(tmp_path / name))
+            tokenizer_lib.gguf_metadata(str(tmp_path / name))
 
 
 # ----------------------------------------------------------------------------- data check, --bos, default data
@@ -450,7 +450,7 @@ def test_gguf_without_its_packages_is_a_one_line_error(tmp_path, monkeypatch):
         model_module.load_hf(str(tmp_path / 'missing.gguf'))
     monkeypatch.setitem(__import__('sys').modules, 'gguf', None)
     with pytest.raises(fileio.PrepareError, match='needs the gguf package: pip install gguf'):
-        tokenizer.load_tokenizer(f'hf:{path}')
+        tokenizer_lib.load_tokenizer(f'hf:{path}')
 
 
 def test_reproduce_still_matches_runs_saved_before_the_new_model_keys():

@@ -18,7 +18,7 @@ from model import GPT, load_hf
 import dataset
 import measure
 import runs
-import tokenizer
+import tokenizer as tokenizer_lib
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -45,7 +45,7 @@ def smol(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # 20-token forward passes: a second thread only waits (and on a busy machine, long)
     hf = load_hf(path)
-    tok = tokenizer.load_tokenizer(f'hf:{path}')
+    tok = tokenizer_lib.load_tokenizer(f'hf:{path}')
     data = tmp_path_factory.mktemp('smol') / 'data'
     dataset.prepare(data, tok, {'test': 'real sentences'}, 'test sentences', 'SENTENCES of test_real_model.py',
                        True, lambda split: SENTENCES, {'train': (None, None), 'val': (None, None)})
@@ -113,7 +113,7 @@ def test_analysis_matches_a_direct_computation_and_through_from_hf(smol):
 def test_data_in_another_vocabulary_is_refused(smol, tmp_path):
     path, hf, tok, _ = smol
     lm = runs.wrap_hf(hf, path, block_size=64, tokenizer=tok.record())
-    wrong = dataset.prepare(tmp_path / 'bytes', tokenizer.load_tokenizer('bytes'), {'test': 1}, 'test', 'bytes',
+    wrong = dataset.prepare(tmp_path / 'bytes', tokenizer_lib.load_tokenizer('bytes'), {'test': 1}, 'test', 'bytes',
                                True, lambda split: SENTENCES, {'train': (None, None), 'val': (None, None)})
     with pytest.raises(ValueError, match=f'--tokenizer hf:{path}') as e:
         measure.check_data(str(wrong), lm)
