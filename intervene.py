@@ -161,16 +161,16 @@ def intervene(lm: runs.LoadedModel, data_dir, max_docs, batch_size, device, k, n
     model, results = lm.model, {}
     if k > model.config.n_embd:
         raise ValueError(f"--k {k} exceeds the width of {lm.name} ({model.config.n_embd} channels)")
-    measure = lambda **kw: measure.analyze(lm, data_dir, max_docs, batch_size, device, quiet, sink_eps, **kw)[0]
+    measure_once = lambda **kw: measure.analyze(lm, data_dir, max_docs, batch_size, device, quiet, sink_eps, **kw)[0]
     for name in ('none',) + tuple(n for n in names if n != 'none'):
         t0 = time.time()
         if name == 'none':
             with first_token_sums(model) as sums:
-                result = measure(on_batch=lambda mask: sums.update(mask=mask))
+                result = measure_once(on_batch=lambda mask: sums.update(mask=mask))
             channels, data = choose_channels(sums, k), result['data']
         else:
             with edited(model, edit_for(name, channels, massive_only), hide_first_key=name == 'mask_first_key'):
-                result = measure()
+                result = measure_once()
         result = {key: v for key, v in result.items() if key not in ('model', 'kind', 'config', 'data', 'per_head')}
         result['delta_ppl'] = result['ppl'] - results['none']['ppl'] if results else 0.0
         result['seconds'] = round(time.time() - t0, 2)
