@@ -9,7 +9,7 @@ attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
     python train.py --help                                    # every config key, its default and meaning
     python train.py config/finetune_smollm2.py                # init_from='hf:...': fine-tune a public model
 
-Every key of DEFAULTS below can be set in a config file or as --key=value (see docs/training.md, "Config keys").
+Every key of DEFAULTS (train_config.py, the config schema) can be set in a config file or as --key=value (see docs/training.md, "Config keys").
 Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.pt (lowest validation
 loss so far), ckpt_<iter>.pt (with save_every: a checkpoint kept every N iterations), config.json (resolved
 config), log.jsonl (one JSON event per line), .lock (held while a run uses the folder). SIGINT/SIGTERM write
@@ -142,7 +142,7 @@ def check_resume(cfg, ckpt, meta):
     if errors:
         raise TrainingError(f"cannot resume {os.path.join(cfg['out_dir'], 'ckpt.pt')} with another config "
                             f"({'; '.join(errors)}); these must match what the checkpoint was trained with "
-                            f"(RESUME_MUST_MATCH in train.py): use its values or another --out_dir")
+                            f"(RESUME_MUST_MATCH in train_config.py): use its values or another --out_dir")
     return [(k, saved[k], cfg[k]) for k in differ]
 
 
