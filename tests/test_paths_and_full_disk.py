@@ -190,3 +190,13 @@ def test_paper_scale_on_a_cpu_only_machine_shows_the_plan_and_refuses(tmp_path, 
     err = capsys.readouterr().err
     assert 'data:' in err                                                 # the plan came first
     assert 'no CUDA GPU' in str(e.value.code) and '--allow_cpu' in str(e.value.code)
+
+
+def test_analyze_says_why_its_ppl_is_not_train_pys(bigram_data, tmp_path, capsys):
+    import analyze
+    code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={tmp_path / "o"}', *SMALL, '--max_iters=2',
+                       '--eval_interval=2')
+    assert code == 0, err
+    analyze.main(['--ckpt', str(tmp_path / 'o'), '--max_docs', '3'])
+    header = capsys.readouterr().out.splitlines()[0]
+    assert 'PPL: each document read from its first token' in header and "train.py's val ppl" in header
