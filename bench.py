@@ -56,8 +56,10 @@ import torch
 from attention import attention, attention_probs, extra_key_attention, sink_route
 from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
-from prepare_c4 import write_json
-from train import DEFAULTS, configure_optimizer, peak_flops
+from devices import peak_flops
+from fileio import write_json
+from optimizers import configure_optimizer
+from train_config import DEFAULTS
 
 SECTIONS = ('attn', 'optim', 'train', 'tune')
 GPT2 = {  # the paper's GPT-2 shapes (config/gpt2_130m.py, config/gpt2_350m.py) and small CPU stand-ins

@@ -65,8 +65,11 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-import analyze
-from prepare_c4 import write_json
+import devices
+import measure
+import runs
+import tables
+from fileio import write_json
 
 PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
 
@@ -236,10 +239,10 @@ def rows(batch, x):
 # ----------------------------------------------------------------------------- evaluation
 
 def perplexity(lm, data_dir, max_docs, batch_size, device, batch, label):
-    """(ppl, documents, predicted tokens) as analyze.perplexity, with batch['valid'] set to each batch's
+    """(ppl, documents, predicted tokens) as measure.perplexity, with batch['valid'] set to each batch's
     real-token mask for the activation quantisers."""
     try:
-        total, count, docs = analyze.nll_total(lm, data_dir, max_docs, batch_size, device, label,
+        total, count, docs = measure.nll_total(lm, data_dir, max_docs, batch_size, device, label,
                                                on_batch=lambda mask: batch.__setitem__('valid', mask))
     finally:
         batch['valid'] = None
@@ -249,13 +252,13 @@ def perplexity(lm, data_dir, max_docs, batch_size, device, batch, label):
 
 def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False):
     """Perplexity of one model in full precision and under each scheme; a JSON-ready dict."""
-    meta = analyze.check_data(data_dir, lm)
+    meta = measure.check_data(data_dir, lm)
     layers = quantisable_layers(lm.model, lm_head)
     if not layers:
         raise ValueError(f"{lm.name} has no Linear or Conv1D layers to quantise")
     check_groups(layers, [group for _, group in schemes.values()])
     backup = backup_weights(lm.model, layers)
-    batch, label = {'valid': None}, analyze.run_label(lm.name)
+    batch, label = {'valid': None}, tables.run_label(lm.name)
     ppl, seconds = {}, {}
     for name in ('full', *schemes):
         t0 = time.time()
@@ -286,13 +289,13 @@ def table(models, schemes=None):
     header = ['Model', '#Params', 'S1?', 'OA?', 'full'] + [c for s in schemes for c in (s, 'Δ')]
     rows = []
     for m in models:
-        rows.append(analyze.model_cells(m['label'], m['config']) + [fmt(m['ppl']['full'])]
+        rows.append(tables.model_cells(m['label'], m['config']) + [fmt(m['ppl']['full'])]
                     + [fmt(v) for s in schemes for v in (m['ppl'].get(s), m['delta'].get(s))])
     return header, rows
 
 
 def write_results(path, models, schemes, lm_head):
-    write_json(path, {'format': 1, 'schemes': list(schemes), 'lm_head': lm_head, 'models': analyze.json_safe(models)},
+    write_json(path, {'format': 1, 'schemes': list(schemes), 'lm_head': lm_head, 'models': tables.json_safe(models)},
                indent=1)
 
 
@@ -344,7 +347,7 @@ def main(argv=None):
     try:
         if args.table:
             models, captions = read_runs(args.table)
-            print(analyze.markdown_table(*table(models)) + '\n\n' + '\n'.join(f'- {c}' for c in captions))
+            print(tables.markdown_table(*table(models)) + '\n\n' + '\n'.join(f'- {c}' for c in captions))
             return
         schemes = {s: parse_scheme(s) for s in dict.fromkeys(x.strip() for x in args.schemes.split(',') if x.strip())}
         if not schemes:
@@ -352,30 +355,29 @@ def main(argv=None):
         specs = args.ckpt + args.init_from
         if not specs:
             p.error('nothing to evaluate: give --ckpt PATH..., --init_from NAME... or --table JSON...')
-        missing = [c for c in args.ckpt if not os.path.exists(c)]
-        if missing:
-            raise ValueError(f"checkpoint {missing[0]} not found")
+        for c in args.ckpt:
+            runs.check_ckpt(c)
         if args.batch_size < 1 or args.max_docs < 0:
             raise ValueError("--batch_size must be >= 1 and --max_docs >= 0")
-        device = analyze.choose_device(args.device)
+        device = devices.choose_device(args.device)
         if args.json:                                     # the folder exists before any model runs
             if os.path.isdir(args.json):
                 raise ValueError(f"--json {args.json} is a folder; give the path of a file, e.g. {args.json}/quant.json")
-            analyze.make_folder(os.path.dirname(args.json), '--json')
+            runs.make_folder(os.path.dirname(args.json), '--json')
         if args.data is not None or args.init_from:      # fail before loading any model
-            analyze.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
+            measure.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
         models = []
         for spec in specs:
-            lm = analyze.load_model(spec, device, args.block_size)
+            lm = runs.load_model(spec, device, args.block_size)
             data = args.data or lm.data or 'data/c4'
-            lm = analyze.choose_bos(lm, args.bos, analyze.data_or_hint(data, spec if lm.kind == 'hf' else None))
+            lm = measure.choose_bos(lm, args.bos, measure.data_or_hint(data, spec if lm.kind == 'hf' else None))
             models.append(evaluate(lm, schemes, data, args.max_docs or None, args.batch_size, device,
                                    args.lm_head))
             del lm
             if args.json:
                 write_results(args.json, models, schemes, args.lm_head)
         d = models[0]['data']
-        print(analyze.text_table(*table(models, list(schemes))))
+        print(tables.text_table(*table(models, list(schemes))))
         print(f"{d['dir']} val: {d['documents']:,} documents, {d['predicted_tokens']:,} predicted tokens, "
               f"batch size {args.batch_size}, LM head {'quantised' if args.lm_head else 'full precision'}; "
               f"Δ = PPL_quant - PPL_full")

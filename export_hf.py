@@ -21,10 +21,10 @@ The folder (written as OUT.tmp, checked, then renamed to OUT):
                     max_position_embeddings = block_size; bos_token_id = the checkpoint's BOS (windows='document':
                     the data's eot) or null, eos_token_id = the data's eot.
   tokenizer.json, tokenizer_config.json   the data's tokenizer where it can be written: gpt2 (from GPT-2's local
-                    ranks file, see prepare_c4.gpt2_ranks_file), a .tiktoken file (still present, same sha256) and
+                    ranks file, see tokenizer.gpt2_ranks_file), a .tiktoken file (still present, same sha256) and
                     bytes, as a byte-level BPE with <|endoftext|> as the document separator (bytes: ids 0-255 are the
                     UTF-8 bytes, no merges, 256 = <|endoftext|>); hf:NAME tokenizers as transformers saves them. The
-                    written tokenizer must give the data's ids on prepare_c4.PROBE_TEXT (checked). Other tokenizers
+                    written tokenizer must give the data's ids on tokenizer.PROBE_TEXT (checked). Other tokenizers
                     (synthetic tasks) are not written; the script says so.
 Before the rename, the folder is loaded with AutoModelForCausalLM and its logits on a random sequence of block_size
 tokens are compared with the checkpoint's: a difference above TOLERANCE is an error and nothing is left behind.
@@ -36,9 +36,10 @@ import sys
 
 import torch
 
-import analyze
-from prepare_c4 import (EOT_TEXT, GPT2_PAT, PrepareError, gpt2_ranks_file, load_tokenizer, read_tiktoken_ranks,
-                        tokenizer_mismatch, transformers_tokenizer)
+import runs
+from fileio import PrepareError
+from tokenizer import (EOT_TEXT, GPT2_PAT, gpt2_ranks_file, load_tokenizer, read_tiktoken_ranks, tokenizer_mismatch,
+                       transformers_tokenizer)
 
 TOLERANCE = 1e-4     # largest |logit difference| accepted between the export and the checkpoint (fp32)
 # what both architectures need, then what each needs of the keys that differ between them
@@ -145,7 +146,7 @@ def export(ckpt, out, force=False):
         raise ValueError(f"checkpoint {ckpt} not found")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not force:
         raise ValueError(f"--out {out} exists and is not an empty folder; choose another --out or pass --force")
-    lm = analyze.load_model(ckpt)
+    lm = runs.load_model(ckpt)
     if lm.kind != 'ours':
         raise ValueError(f"{ckpt} is not a train.py checkpoint")
     config = lm.model.config

@@ -46,7 +46,7 @@ import time
 import xml.etree.ElementTree as ET
 
 import bench
-from prepare_c4 import write_json
+from fileio import write_json
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PARTS = ('tests', 'bench', 'bench_train', 'train')
@@ -131,7 +131,7 @@ def merge_bench(parts):
 def train_part(args, out):
     """Train the four 60M variants with equal budgets, then analyze each; train.json is rewritten after each
     variant (a part stopped at its limit keeps the rows it finished). Returns train.json's content."""
-    from analyze import read_log
+    from runs import read_log
     deadline = time.time() + args.timeout   # the part's limit, shared by its subprocesses
 
     def left():

@@ -4,7 +4,7 @@
     python intervene.py --init_from model.Q4_1.gguf --data data/offline_smollm2 --max_docs 100   # a GGUF file
     python intervene.py --ckpt out/a --k 4 --interventions zero,mask_first_key
 
-Each intervention is one pass of analyze.py's measurement (analyze.analyze: the same documents, batches, BOS,
+Each intervention is one pass of analyze.py's measurement (measure.analyze: the same documents, batches, BOS,
 tokenizer check, --data default and metrics) over the model with the intervention in place, so every number of
 analyze.py is also measured under it; the table shows perplexity and the first token's numbers.
 
@@ -53,9 +53,12 @@ from contextlib import contextmanager
 
 import torch
 
-import analyze
+import devices
+import measure
+import runs
+import tables
 from model import GPT
-from prepare_c4 import write_json
+from fileio import write_json
 
 INTERVENTIONS = ('none', 'zero', 'mean', 'zero_random', 'mask_first_key')
 MASSIVE_ABS, MASSIVE_RATIO = 100.0, 1000.0     # Sun et al.'s bar: |x| > 100 and > 1000 x the median |x|
@@ -144,36 +147,36 @@ def edit_for(name, channels, massive_only=False):
     return edit
 
 
-def as_gpt(lm: analyze.LoadedModel, device):
+def as_gpt(lm: runs.LoadedModel, device):
     """lm with a model of this repository (GPT), which holds the interventions: a public model is copied."""
     if lm.kind == 'ours':
         return lm
     return dataclasses.replace(lm, model=GPT.from_hf(lm.model, block_size=lm.block_size).to(device), kind='ours')
 
 
-def intervene(lm: analyze.LoadedModel, data_dir, max_docs, batch_size, device, k, names=INTERVENTIONS,
-              sink_eps=analyze.SINK_EPS, quiet=False, massive_only=False):
+def intervene(lm: runs.LoadedModel, data_dir, max_docs, batch_size, device, k, names=INTERVENTIONS,
+              sink_eps=measure.SINK_EPS, quiet=False, massive_only=False):
     """(channels record, {name: analyze.py's result under that intervention + delta_ppl, seconds}, analyze.py's
     data record) for one model (lm already checked against the data and made a GPT, see as_gpt); 'none' runs first."""
     model, results = lm.model, {}
     if k > model.config.n_embd:
         raise ValueError(f"--k {k} exceeds the width of {lm.name} ({model.config.n_embd} channels)")
-    measure = lambda **kw: analyze.analyze(lm, data_dir, max_docs, batch_size, device, quiet, sink_eps, **kw)[0]
+    measure_once = lambda **kw: measure.analyze(lm, data_dir, max_docs, batch_size, device, quiet, sink_eps, **kw)[0]
     for name in ('none',) + tuple(n for n in names if n != 'none'):
         t0 = time.time()
         if name == 'none':
             with first_token_sums(model) as sums:
-                result = measure(on_batch=lambda mask: sums.update(mask=mask))
+                result = measure_once(on_batch=lambda mask: sums.update(mask=mask))
             channels, data = choose_channels(sums, k), result['data']
         else:
             with edited(model, edit_for(name, channels, massive_only), hide_first_key=name == 'mask_first_key'):
-                result = measure()
+                result = measure_once()
         result = {key: v for key, v in result.items() if key not in ('model', 'kind', 'config', 'data', 'per_head')}
         result['delta_ppl'] = result['ppl'] - results['none']['ppl'] if results else 0.0
         result['seconds'] = round(time.time() - t0, 2)
         results[name] = result
         if not quiet:
-            print(f"{analyze.run_label(lm.name)} {name}: ppl {result['ppl']:.4g}", file=sys.stderr)
+            print(f"{tables.run_label(lm.name)} {name}: ppl {result['ppl']:.4g}", file=sys.stderr)
     return channels, results, data
 
 
@@ -194,7 +197,7 @@ def table(models):
     """(header, rows): one row per model and intervention."""
     header = ['Model', 'Intervention', 'PPL', 'ΔPPL', 'First Attn', 'First mass', 'Sink rate', 'E_m[max|X_m,1,d|]',
               'E_m[max|X_m,>1,d|]', 'E_m[κ_m,1]']
-    f = analyze._fmt
+    f = tables._fmt
     rows = [[m['label'], name, f(r['ppl'], '.3f'), f(r['delta_ppl'], '+.3f'), f(r['first_attn_argmax'], '.3f'),
              f(r['first_attn_mass'], '.3f'), f(r['sink_rate'], '.3f'), f(r['max_abs_first'], '.1f'),
              f(r['max_abs_rest'], '.1f'), f(r['kurtosis_first'], '.1f')] for m in models for name, r in m['results'].items()]
@@ -230,7 +233,7 @@ def main(argv=None):
     p.add_argument('--max_docs', type=int, default=100_000, help='first N validation documents (0 = all)')
     p.add_argument('--batch_size', type=int, default=None, help='documents per forward pass (default: as analyze.py)')
     p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: as analyze.py)')
-    p.add_argument('--sink_eps', type=float, default=analyze.SINK_EPS, help="sink_rate's threshold (as analyze.py)")
+    p.add_argument('--sink_eps', type=float, default=measure.SINK_EPS, help="sink_rate's threshold (as analyze.py)")
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     p.add_argument('--json', metavar='PATH', help='write the results of all models to PATH (format: see above)')
     args = p.parse_args(argv)
@@ -244,30 +247,30 @@ def main(argv=None):
         if not specs:
             p.error('nothing to measure: give --ckpt PATH... or --init_from NAME...')
         for c in args.ckpt:
-            analyze.check_ckpt(c)
+            runs.check_ckpt(c)
         if args.k < 1:
             raise ValueError(f"--k must be >= 1 (channels per layer), got {args.k}")
         if args.max_docs < 0:
             raise ValueError(f"--max_docs must be >= 0 (0 = all documents), got {args.max_docs}")
         if not 0 <= args.sink_eps < 1:
             raise ValueError(f"--sink_eps must be in [0, 1) (a probability threshold), got {args.sink_eps}")
-        device = analyze.choose_device(args.device)
-        batch_size = args.batch_size or analyze.default_batch_size(device)
+        device = devices.choose_device(args.device)
+        batch_size = args.batch_size or measure.default_batch_size(device)
         if batch_size < 1:
             raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
         if args.json:                                     # the folder exists before any model runs
             if os.path.isdir(args.json):
                 raise ValueError(f"--json {args.json} is a folder; give the path of a file, e.g. "
                                  f"{args.json}/intervene.json")
-            analyze.make_folder(os.path.dirname(args.json), '--json')
+            runs.make_folder(os.path.dirname(args.json), '--json')
         if args.data is not None or args.init_from:      # fail before loading any model
-            analyze.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
+            measure.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
         models = []
-        for spec, label in zip(specs, analyze.unique_labels([analyze.run_label(s) for s in specs])):
-            lm = analyze.load_model(spec, device, args.block_size)
+        for spec, label in zip(specs, tables.unique_labels([tables.run_label(s) for s in specs])):
+            lm = runs.load_model(spec, device, args.block_size)
             data = args.data or lm.data or 'data/c4'
-            lm = analyze.choose_bos(lm, args.bos, analyze.data_or_hint(data, spec if lm.kind == 'hf' else None))
-            analyze.check_data(data, lm)         # while a public model is still one: the hint names its tokenizer
+            lm = measure.choose_bos(lm, args.bos, measure.data_or_hint(data, spec if lm.kind == 'hf' else None))
+            measure.check_data(data, lm)         # while a public model is still one: the hint names its tokenizer
             kind, lm = lm.kind, as_gpt(lm, device)
             channels, results, record = intervene(lm, data, args.max_docs or None, batch_size, device, args.k, names,
                                                   args.sink_eps, massive_only=args.massive_only)
@@ -275,10 +278,10 @@ def main(argv=None):
                                results=results))
             del lm
             if args.json:
-                write_json(args.json, analyze.json_safe(dict(format=1, k=args.k, massive_only=args.massive_only,
+                write_json(args.json, tables.json_safe(dict(format=1, k=args.k, massive_only=args.massive_only,
                                                              sink_eps=args.sink_eps, interventions=names,
                                                              models=models)), indent=1)
-        print(analyze.text_table(*table(models)))
+        print(tables.text_table(*table(models)))
         d = models[0]['data']
         only = '; only the massive ones' if args.massive_only else ''
         print(f"{d['dir']} val: {d['documents']:,} documents, {d['predicted_tokens']:,} predicted tokens; k = {args.k} "

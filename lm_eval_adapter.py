@@ -6,8 +6,8 @@
     python lm_eval_adapter.py --ckpt out/x --tasks my_task --include_path my_tasks/    # task YAML files of your own
     python lm_eval_adapter.py --ckpt out/x --data data/wikitext2 --json x_wt2.json    # no lm_eval: whole-document ppl
 
-The two scoring functions are plain functions of a loaded model (analyze.load_model) and a tokenizer
-(prepare_c4.Tokenizer); lm_eval only wraps them (harness_model):
+The two scoring functions are plain functions of a loaded model (runs.load_model) and a tokenizer
+(tokenizer.Tokenizer); lm_eval only wraps them (harness_model):
   loglikelihood(lm, tok, pairs)       per (context, continuation): (sum of the continuation tokens' log-probabilities,
       whether greedy decoding produces every one of them). As lm_eval does for causal models: trailing whitespace of
       the context moves to the continuation; the continuation's tokens are those of encode(context + continuation)
@@ -34,8 +34,12 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import analyze
-from prepare_c4 import PrepareError, Progress, iter_documents, load_tokenizer, tokenizer_mismatch, write_json
+import devices
+import measure
+import runs
+from dataset import iter_documents
+from fileio import PrepareError, Progress, write_json
+from tokenizer import load_tokenizer, tokenizer_mismatch
 
 
 def prefix_token(lm, eot):
@@ -72,7 +76,7 @@ def score(lm, requests, batch_size=8):
         idx = torch.zeros(len(part), max(map(len, inputs)), dtype=torch.long)
         for row, ids in enumerate(inputs):
             idx[row, :len(ids)] = torch.tensor(ids)
-        logp = F.log_softmax(analyze.forward(lm, idx.to(next(lm.model.parameters()).device)).float(), dim=-1).cpu()
+        logp = F.log_softmax(measure.forward(lm, idx.to(next(lm.model.parameters()).device)).float(), dim=-1).cpu()
         for row, (i, ids, cont) in enumerate(zip(part, inputs, conts)):
             if not cont:
                 results[i] = (0.0, True)
@@ -127,7 +131,7 @@ def loglikelihood_rolling(lm, tok, texts, batch_size=8):
 def data_perplexity(lm, data_dir, max_docs=None, batch_size=8, chunk_docs=64):
     """Whole-document perplexity of a prepared folder's val split: every token of every document predicted once,
     in rolling windows. Returns a dict (the --json format with --data)."""
-    meta = analyze.check_data(data_dir, lm)
+    meta = measure.check_data(data_dir, lm)
     prefix = prefix_token(lm, meta['eot_token'])
     nll, count, docs, chunk = 0.0, 0, 0, []
     progress = Progress(f"{lm.name} rolling ppl", target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
@@ -192,10 +196,10 @@ def main(argv=None):
                 import lm_eval
             except ImportError:
                 raise ValueError('--tasks needs lm-evaluation-harness: pip install lm_eval (or use --data DIR)') from None
-        device = analyze.choose_device(args.device)
+        device = devices.choose_device(args.device)
         if args.json:
-            analyze.make_folder(os.path.dirname(args.json), '--json')
-        lm = analyze.load_model(args.ckpt, device)
+            runs.make_folder(os.path.dirname(args.json), '--json')
+        lm = runs.load_model(args.ckpt, device)
         if lm.kind != 'ours':
             raise ValueError(f"{args.ckpt} is not a train.py checkpoint (lm_eval's own hf model runs Hugging Face models)")
         if args.data:

@@ -28,7 +28,7 @@ Rows of different tables with the same training config share one run (e.g. Table
 Table 5's rows at a scale where their schedules coincide).
 
 Output, per table, in <out>/<scale>/: <table>.md (the table in the paper's layout, ours / paper in
-each cell pair), <table>_trajectories.png (analyze.plot_trajectories: the probe of every evaluation of
+each cell pair), <table>_trajectories.png (plots.plot_trajectories: the probe of every evaluation of
 every run of the table against the tokens seen, one line per run) and <table>.json: {"table", "title",
 "scale", "scale_description", "columns": [{"name", "key", "paper": bool}], "rows": [{"config", "run_dir",
 "labels": [...], "ours": {key: value or null}, "paper": {key: value}}]}.
@@ -45,7 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
-from prepare_c4 import PrepareError, duration, load_meta, prepare_bigram_backcopy, prepare_offline, write_json
+from dataset import load_meta, prepare_bigram_backcopy, prepare_offline, resolve_dataset
+from fileio import PrepareError, duration, write_json
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -288,7 +289,7 @@ class Run:
 
 def resolve(config, overrides):
     """The training config train.py would use for config/<config>.py and the overrides."""
-    from train import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
+    from train_config import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
     path = os.path.join(ROOT, 'config', f'{config}.py')
     try:
         return load_config(DEFAULTS, [path] + overrides, CHOICES, RANGES)
@@ -304,7 +305,7 @@ def saved_identity(identity):
     """A run's saved identity with the config keys added to train.py since then at their defaults (which
     reproduce what the run did) and without the keys NOT_IDENTITY gained since (eval_interval), so that older
     runs still match."""
-    from train import DEFAULTS
+    from train_config import DEFAULTS
     added = {k: v for k, v in DEFAULTS.items() if k not in identity and k not in NOT_IDENTITY}
     kept = {k: v for k, v in identity.items() if k not in NOT_IDENTITY}
     return json.loads(json.dumps({**added, **kept}, default=str))
@@ -358,7 +359,8 @@ def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
 
 
 def data_dir(dataset):
-    return dataset if os.path.isabs(dataset) else os.path.join(ROOT, 'data', dataset)
+    """The folder of a run's dataset, as train.py (run in ROOT) resolves it: dataset.resolve_dataset's rule."""
+    return dataset if os.path.isabs(dataset) else os.path.join(ROOT, resolve_dataset(dataset))
 
 
 def scale_dataset(scale: Scale):
@@ -399,7 +401,7 @@ def expected_seconds(run):
     sigmoid: the T x T matrix) at half that, plus RUN_OVERHEAD_S."""
     import torch
     from model import GPT, GPTConfig
-    from train import MODEL_KEYS
+    from train_config import MODEL_KEYS
     vocab = load_meta(data_dir(run.cfg['dataset']))['vocab_size']
     with torch.device('meta'):
         model = GPT(GPTConfig(**{k: run.cfg[k] for k in MODEL_KEYS} | {'vocab_size': vocab}))
@@ -541,13 +543,19 @@ def _get(results, key):
 
 
 def read_results(run_dir):
+    """A run's analysis.json and quant.json. A file that cannot be read (e.g. truncated by a killed run) is named in one
+    warning line and left out: its cells show '–' and the other rows render."""
     out = {}
     for source, name in (('analysis', 'analysis.json'), ('quant', 'quant.json')):
         path = os.path.join(run_dir, name)
         if os.path.isfile(path):
-            with open(path) as f:
-                data = json.load(f)
-            out[source] = data['models'][0] if source == 'quant' else data
+            try:
+                with open(path) as f:
+                    data = json.load(f)
+                out[source] = data['models'][0] if source == 'quant' else data
+            except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+                print(f"warning: {path} cannot be read ({type(e).__name__}: {e}); its cells are left empty "
+                      f"(delete it and run the same command without --render to measure again)", file=sys.stderr)
     return out
 
 
@@ -588,8 +596,8 @@ def render(name, runs, scale_name, scale: Scale):
 
 def draw_trajectories(name, runs, out):
     """<out>/<name>_trajectories.png: the probes that train.py logged at the evaluations of the table's runs, one
-    line per run in the table's row order (analyze.plot_trajectories); None when no run has a probe yet."""
-    import analyze   # torch and matplotlib: only when drawing
+    line per run in the table's row order (plots.plot_trajectories); None when no run has a probe yet."""
+    import plots   # torch and matplotlib: only when drawing
     ordered = []
     for row in TABLES[name].rows:
         run = next((r for r in runs for t, rr in r.rows if t == name and rr is row), None)
@@ -597,7 +605,7 @@ def draw_trajectories(name, runs, out):
             ordered.append(run)
     logs = [(run.name, os.path.join(run.cfg['out_dir'], 'log.jsonl')) for run in ordered]
     logs = [(label, log) for label, log in logs if os.path.isfile(log)]
-    return analyze.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
+    return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
 
 
 # ----------------------------------------------------------------------------- command line
@@ -615,6 +623,8 @@ def main(argv=None):
     p.add_argument('--iters', type=int, help="iterations per row (x the row's schedule factor) instead of the scale's")
     p.add_argument('--dry_run', action='store_true', help='print the commands of the runs to do; run nothing')
     p.add_argument('--render', action='store_true', help='render the tables from existing results; run nothing')
+    p.add_argument('--allow_cpu', action='store_true', help='start the paper or gpu scale on a machine without a CUDA '
+                   'GPU (days of work; without this flag such a run shows its plan and stops)')
     args = p.parse_args(argv)
     if args.nproc < 1 or args.jobs < 1:
         p.error('--nproc and --jobs must be >= 1')
@@ -623,6 +633,8 @@ def main(argv=None):
         if args.iters < 1:
             p.error('--iters must be >= 1')
         scale = replace(scale, iters=args.iters, description=f"{scale.description}; --iters {args.iters}")
+    if args.dataset and (os.sep in args.dataset or os.path.isabs(args.dataset)):
+        args.dataset = os.path.abspath(args.dataset)   # a path from here: the runs' subprocesses work in ROOT
     if not args.dataset and scale_dataset(scale):
         scale = replace(scale, overrides={**scale.overrides, 'dataset': scale_dataset(scale)})
     out = os.path.join(os.path.abspath(args.out), args.scale)
@@ -637,6 +649,14 @@ def main(argv=None):
                     print(f"# {run.name} ({state}) {step}\n{' '.join(cmd)}")
             return
         failures = []
+        if not args.render and args.scale in ('paper', 'gpu') and not args.allow_cpu and not _cuda():
+            todo = [r for r in runs if status(r) == 'todo']
+            tokens = sum(r.cfg['max_iters'] * r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps']
+                         * r.cfg['block_size'] for r in todo)
+            raise SweepError(f"--scale {args.scale} trains {len(todo)} run(s), {tokens / 1e6:,.0f} M tokens, sized for "
+                             f"GPUs (the plan above); this machine has no CUDA GPU, where that takes days: use --scale "
+                             f"mini (the CPU miniature, minutes), --dry_run to see the commands, or --allow_cpu to "
+                             f"start anyway")
         if not args.render:
             ensure_data(runs)
             failures = run_all(runs, scale, args.nproc, args.jobs)

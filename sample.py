@@ -29,8 +29,10 @@ import time
 
 import torch
 
-from analyze import check_ckpt, choose_device, load_gpt
-from prepare_c4 import PrepareError, load_tokenizer
+from devices import choose_device
+from fileio import PrepareError
+from runs import check_ckpt, load_gpt
+from tokenizer import load_tokenizer
 
 
 def next_token(logits, temperature=1.0, top_k=0, generator=None):

@@ -48,9 +48,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from analyze import (_pyplot, _save, check_ckpt, check_data, choose_bos, choose_device, data_or_hint, json_safe,
-                     load_gpt, make_folder, run_label, text_table)
-from prepare_c4 import PrepareError, read_json, write_json
+from devices import choose_device
+from fileio import PrepareError, read_json, write_json
+from measure import check_data, choose_bos, data_or_hint
+from plots import _pyplot, _save
+from runs import check_ckpt, load_gpt, make_folder
+from tables import json_safe, run_label, text_table
 
 
 @torch.no_grad()

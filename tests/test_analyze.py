@@ -10,9 +10,14 @@ import torch
 import torch.nn.functional as F
 
 import analyze
-from analyze import LoadedModel, Stats, forward, kurtosis, norm_ratio, pearson
+from measure import Stats, forward, kurtosis, norm_ratio, pearson
+from runs import LoadedModel
 from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
+import measure
+import runs
+import plots
+import tables
 
 VOCAB = 40
 
@@ -211,7 +216,7 @@ def test_sink_rate_of_uniform_attention_depends_on_the_document_length(tmp_path,
     with torch.no_grad():
         for b in model.transformer.h:
             b.attn.c_attn.weight[:16] = 0                     # q = 0: every score 0
-    result, _ = analyze.analyze(LoadedModel('u', model, 'ours', None, 32, VOCAB, {}), data, None, 2, 'cpu',
+    result, _ = measure.analyze(LoadedModel('u', model, 'ours', None, 32, VOCAB, {}), data, None, 2, 'cpu',
                                 quiet=True, sink_eps=eps)
     assert result['per_head']['sink_rate'] == [[pytest.approx(sinks / 5)] * 2] * 3
     assert result['sink_rate'] == pytest.approx(sinks / 5) and result['sink_eps'] == eps
@@ -251,7 +256,7 @@ def test_streaming_accumulation_equals_one_shot():
                 for m in range(L)],
                torch.cat([F.pad(mask, (0, T - mask.size(1))) for _, _, mask in batches]))
     a, b = streamed.result(), one.result()
-    for k in analyze.HIDDEN_METRICS + analyze.ATTN_METRICS:
+    for k in measure.HIDDEN_METRICS + measure.ATTN_METRICS:
         assert a['per_layer'][k] == pytest.approx(b['per_layer'][k], rel=1e-9), k
         assert a[k] == pytest.approx(b[k], rel=1e-9)
 
@@ -259,25 +264,25 @@ def test_streaming_accumulation_equals_one_shot():
 # ----------------------------------------------------------------------------- data, perplexity, our models
 def test_val_batches_sort_by_length_within_windows_bos_truncation_padding(docs_dir, monkeypatch):
     docs = [[VOCAB - 2] + d.tolist()[:15] for d in random_docs() if len(d)]
-    batches = list(analyze.val_batches(docs_dir, None, 16, 4, bos=VOCAB - 2))
+    batches = list(measure.val_batches(docs_dir, None, 16, 4, bos=VOCAB - 2))
     rows = [(idx[i][mask[i]]).tolist() for idx, mask in batches for i in range(len(idx))]
     assert rows == sorted(docs, key=len, reverse=True)                  # longest first, ties in file order
     assert [len(idx) for idx, _ in batches] == [4, 2]
     assert [idx.size(1) for idx, _ in batches] == [max(map(len, rows[:4])), max(map(len, rows[4:]))]
-    monkeypatch.setattr(analyze, 'BUCKET_DOCS', 3)                      # sorted within windows of 3 documents
-    rows = [(idx[i][mask[i]]).tolist() for idx, mask in analyze.val_batches(docs_dir, None, 16, 4, bos=VOCAB - 2)
+    monkeypatch.setattr(measure, 'BUCKET_DOCS', 3)                      # sorted within windows of 3 documents
+    rows = [(idx[i][mask[i]]).tolist() for idx, mask in measure.val_batches(docs_dir, None, 16, 4, bos=VOCAB - 2)
             for i in range(len(idx))]
     assert rows == sorted(docs[:3], key=len, reverse=True) + sorted(docs[3:], key=len, reverse=True)
-    idx, mask = next(analyze.val_batches(docs_dir, 3, 8, 8))
+    idx, mask = next(measure.val_batches(docs_dir, 3, 8, 8))
     assert idx.shape == (2, 8) and mask.sum(1).tolist() == [8, 1]      # 3 documents, one of them empty
     assert idx[1, 1:].eq(0).all() and idx.dtype == torch.int64
     plain = [d.tolist()[:16] for d in random_docs() if len(d)]
-    for idx, mask, numbers in analyze.numbered_batches(docs_dir, None, 16, 4):      # each row's document number
+    for idx, mask, numbers in measure.numbered_batches(docs_dir, None, 16, 4):      # each row's document number
         assert [idx[i][mask[i]].tolist() for i in range(len(idx))] == [plain[n] for n in numbers]
 
 
 def test_perplexity_equals_a_direct_computation(docs_dir, tmp_path):
-    lm = analyze.load_model(write_checkpoint(str(tmp_path / 'run'), attn='softmax1'))
+    lm = runs.load_model(write_checkpoint(str(tmp_path / 'run'), attn='softmax1'))
     assert lm.kind == 'ours' and lm.bos is None and lm.block_size == 32
     total, count = 0.0, 0
     for d in random_docs():
@@ -287,8 +292,8 @@ def test_perplexity_equals_a_direct_computation(docs_dir, tmp_path):
             total += F.cross_entropy(logits[:-1], d[1:], reduction='sum').item()
             count += len(d) - 1
     expected = math.exp(total / count)
-    assert analyze.perplexity(lm, docs_dir, None, 3, 'cpu') == pytest.approx(expected, rel=1e-5)
-    result, example = analyze.analyze(lm, docs_dir, None, 2, 'cpu')
+    assert measure.perplexity(lm, docs_dir, None, 3, 'cpu') == pytest.approx(expected, rel=1e-5)
+    result, example = measure.analyze(lm, docs_dir, None, 2, 'cpu')
     assert result['ppl'] == pytest.approx(expected, rel=1e-5)
     assert result['data']['documents'] == 6 and result['data']['predicted_tokens'] == count
     assert result['attn_nowhere'] > 0                       # softmax-1 sends mass nowhere
@@ -308,18 +313,18 @@ def test_analysis_path_returns_the_training_path_logits(attn):
 
 
 def test_token_ids_outside_the_vocabulary_are_a_clear_error(tmp_path):
-    lm = analyze.load_model(write_checkpoint(str(tmp_path / 'run')))
+    lm = runs.load_model(write_checkpoint(str(tmp_path / 'run')))
     with pytest.raises(ValueError, match='another vocabulary'):
         forward(lm, torch.tensor([[1, VOCAB]]))
     data = write_docs(str(tmp_path / 'big'), [[1, 2, 3]], vocab_size=VOCAB + 10)
     with pytest.raises(ValueError, match='another vocabulary'):
-        analyze.perplexity(lm, data, None, 2, 'cpu')
+        measure.perplexity(lm, data, None, 2, 'cpu')
 
 
 def test_optimizer_basis_reads_second_moments_per_output_feature(tmp_path):
     path = write_checkpoint(str(tmp_path / 'a'))
-    lm = analyze.load_model(path)
-    norms, moments, note = analyze.optimizer_basis(lm)
+    lm = runs.load_model(path)
+    norms, moments, note = measure.optimizer_basis(lm)
     ckpt = torch.load(path, weights_only=False)
     names = ckpt['optimizer']['param_groups'][0]['param_names']
     for m in range(3):
@@ -327,13 +332,13 @@ def test_optimizer_basis_reads_second_moments_per_output_feature(tmp_path):
         v = ckpt['optimizer']['state'][names.index(f'transformer.h.{m}.mlp.c_proj.weight')]['exp_avg_sq']
         assert np.allclose(norms[m], w.norm(dim=1).numpy()) and np.allclose(moments[m], v.sum(1).numpy())
     assert 'model basis' in note
-    assert 'rotated basis' in analyze.optimizer_basis(analyze.load_model(
+    assert 'rotated basis' in measure.optimizer_basis(runs.load_model(
         write_checkpoint(str(tmp_path / 'b'), optimizer='orthoadam')))[2]
 
 
 def test_read_log_keeps_the_last_line_of_a_repeated_iteration(tmp_path):
     write_checkpoint(str(tmp_path / 'r'))
-    train, val = analyze.read_log(str(tmp_path / 'r' / 'log.jsonl'))
+    train, val = runs.read_log(str(tmp_path / 'r' / 'log.jsonl'))
     assert [(e['iter'], e['loss']) for e in train] == [(1, 3.5)] and [e['iter'] for e in val] == [0, 2]
 
 
@@ -353,7 +358,7 @@ def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkey
     a, b = write_probe_log(str(tmp_path / 'vanilla'), 100.0), write_probe_log(str(tmp_path / 's1oa'), 1.0)
     old = write_checkpoint(str(tmp_path / 'old'))            # its log.jsonl holds no probe: left out of the figure
     figures = []
-    monkeypatch.setattr(analyze, '_save', lambda fig, path: figures.append(fig) or path)
+    monkeypatch.setattr(plots, '_save', lambda fig, path: figures.append(fig) or path)
     analyze.main(['--trajectories', a, os.path.join(b, 'log.jsonl'), os.path.dirname(old), '--plots', str(tmp_path / 'p')])
     kurt, act, attn = figures[0].axes[:3]
     assert [line.get_label() for line in kurt.lines[::2]] == ['vanilla', 's1oa']
@@ -378,15 +383,15 @@ def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkey
 
 
 def test_run_label():
-    assert analyze.run_label('out/x/ckpt.pt') == 'x' and analyze.run_label('runs/y.pt') == 'y'
-    assert analyze.run_label('meta-llama/Llama-2-7b-hf') == 'Llama-2-7b-hf' and analyze.run_label('gpt2') == 'gpt2'
+    assert tables.run_label('out/x/ckpt.pt') == 'x' and tables.run_label('runs/y.pt') == 'y'
+    assert tables.run_label('meta-llama/Llama-2-7b-hf') == 'Llama-2-7b-hf' and tables.run_label('gpt2') == 'gpt2'
 
 
 # ----------------------------------------------------------------------------- Hugging Face models
 def direct_metrics(per_doc):
     """Per-layer metrics from a list of (hidden list of (T, C), attentions list of (H, T, T)), one per document."""
     L = len(per_doc[0][0])
-    out = {k: [] for k in analyze.HIDDEN_METRICS + analyze.ATTN_METRICS}
+    out = {k: [] for k in measure.HIDDEN_METRICS + measure.ATTN_METRICS}
     for m in range(L):
         hs = [h[m].double().numpy() for h, _ in per_doc]
         out['kurtosis_first'].append(np.mean([np_kurtosis(h[0]) for h in hs]))
@@ -406,7 +411,7 @@ def direct_metrics(per_doc):
 def check_hf_model(tmp_path, model, final_norm, docs_dir, bos):
     transformers = pytest.importorskip('transformers')
     model.save_pretrained(str(tmp_path / 'hf'))
-    lm = analyze.load_model(str(tmp_path / 'hf'), block_size=32)
+    lm = runs.load_model(str(tmp_path / 'hf'), block_size=32)
     assert lm.kind == 'hf' and lm.bos == bos and lm.block_size == 32
     assert isinstance(lm.model, transformers.PreTrainedModel)
     per_doc, total, count = [], 0.0, 0
@@ -424,7 +429,7 @@ def check_hf_model(tmp_path, model, final_norm, docs_dir, bos):
         per_doc.append(([h[0] for h in out.hidden_states[1:-1]] + [hidden[-1][0]], [a[0] for a in out.attentions]))
         if len(d) > 1:
             total, count = total + out.loss.item() * (len(d) - 1), count + len(d) - 1
-    result, _ = analyze.analyze(lm, docs_dir, None, 3, 'cpu')
+    result, _ = measure.analyze(lm, docs_dir, None, 3, 'cpu')
     expected = direct_metrics(per_doc)
     for k, v in expected.items():
         assert result['per_layer'][k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
@@ -440,7 +445,7 @@ def test_hf_gpt2_metrics_agree_with_output_hidden_states(docs_dir, tmp_path):
     model = transformers.GPT2LMHeadModel(cfg)
     result = check_hf_model(tmp_path, model, lambda m: m.transformer.ln_f, docs_dir, bos=None)
     assert result['attn_nowhere'] == pytest.approx(0, abs=1e-6)
-    norms, moments, _ = analyze.optimizer_basis(analyze.load_model(str(tmp_path / 'hf')))
+    norms, moments, _ = measure.optimizer_basis(runs.load_model(str(tmp_path / 'hf')))
     w = model.transformer.h[1].mlp.c_proj.weight            # Conv1D: (in, out)
     assert np.allclose(norms[1], w.norm(dim=0).detach().numpy()) and moments == [None] * 3
 
@@ -457,7 +462,7 @@ def test_hf_llama_gets_bos_and_metrics_agree(docs_dir, tmp_path):
 def test_missing_transformers_is_a_one_line_error(monkeypatch):
     monkeypatch.setitem(sys.modules, 'transformers', None)
     with pytest.raises(ValueError, match='pip install transformers') as e:
-        analyze.load_model('gpt2')
+        runs.load_model('gpt2')
     assert '\n' not in str(e.value)
 
 
@@ -465,7 +470,7 @@ def test_hf_weights_not_on_this_machine_is_a_one_line_error(monkeypatch, tmp_pat
     pytest.importorskip('transformers')
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
     with pytest.raises(ValueError, match='Hugging Face cache') as e:
-        analyze.load_model(str(tmp_path / 'no-such-model'))
+        runs.load_model(str(tmp_path / 'no-such-model'))
     assert '\n' not in str(e.value)
 
 
@@ -482,8 +487,8 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     assert lines[1].split()[2:4] == ['✓', '✓']              # s1oa: Softmax+1? and OrthoAdam?
     for name in ('base', 's1oa'):
         r = json.loads((out / f'{name}.json').read_text())
-        assert all(k in r for k in analyze.SUMMARY_KEYS + ('config', 'data', 'per_layer', 'per_head'))
-        assert all(len(r['per_layer'][k]) == 3 for k in analyze.HIDDEN_METRICS + analyze.ATTN_METRICS)
+        assert all(k in r for k in tables.SUMMARY_KEYS + ('config', 'data', 'per_layer', 'per_head'))
+        assert all(len(r['per_layer'][k]) == 3 for k in measure.HIDDEN_METRICS + measure.ATTN_METRICS)
         assert r['data']['documents'] == 4 and r['data']['max_docs'] == 5     # one of the 5 is empty
     for png in ('attention_map', 'hidden_states', 'layer_progression', 'optimizer_basis', 'training_curve'):
         data = (plots / f'{png}.png').read_bytes()
@@ -545,7 +550,7 @@ def test_sink_token_model_measures_real_tokens_and_reports_the_sink_apart(docs_d
     with torch.no_grad():
         model.sink.mul_(50)                                # a sink that stands out
     lm = LoadedModel('sink', model, 'ours', None, 32, VOCAB, {})
-    result, _ = analyze.analyze(lm, docs_dir, None, 3, 'cpu')
+    result, _ = measure.analyze(lm, docs_dir, None, 3, 'cpu')
     want = {k: [[] for _ in range(3)] for k in ('sink_kurtosis', 'sink_max_abs', 'kurtosis_first')}
     mass, top, queries = np.zeros(3), np.zeros(3), 0
     for d in random_docs():
@@ -577,16 +582,16 @@ def test_perplexity_leaves_out_the_targets_a_free_prefix_lets_the_model_see(tmp_
     token: analyze.py's perplexity leaves them out, as train.py's loss does; counted by hand."""
     import torch
     from model import GPT, GPTConfig
-    import analyze
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=12, vocab_size=30, causal_free_prefix=4)).eval()
-    lm = analyze.LoadedModel('x', model, 'ours', None, 12, 30, {})
+    lm = runs.LoadedModel('x', model, 'ours', None, 12, 30, {})
     idx = torch.randint(0, 30, (2, 12))
     mask = torch.ones(2, 12, dtype=torch.bool)
     mask[1, 7:] = False                                # the second document has 7 tokens
-    logits = model(idx)[0]
-    nll, n = analyze.nll_sum(logits, idx, mask, analyze.seen_targets(lm))
+    with torch.no_grad():   # a measurement: no graph
+        logits = model(idx)[0]
+    nll, n = measure.nll_sum(logits, idx, mask, measure.seen_targets(lm))
     logp = torch.log_softmax(logits.double(), -1)
     want = [-logp[0, t, idx[0, t + 1]] for t in range(3, 11)] + [-logp[1, t, idx[1, t + 1]] for t in range(3, 6)]
-    assert analyze.seen_targets(lm) == 3 and n == len(want) == 11
+    assert measure.seen_targets(lm) == 3 and n == len(want) == 11
     assert abs(nll - float(sum(want))) < 1e-6 * len(want) * 10

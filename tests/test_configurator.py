@@ -8,6 +8,7 @@ import torch
 
 from configurator import ConfigError, load_config, save_config
 from model import GPT, GPTConfig
+import train_config
 
 DEFAULTS = dict(learning_rate=1e-3, max_iters=100, optimizer='adamw', compile=True, betas=(0.9, 0.95), note=None)
 CHOICES = dict(optimizer=('adamw', 'orthoadam'))
@@ -67,11 +68,11 @@ def test_save_config_round_trips(tmp_path):
 @pytest.mark.parametrize('path', sorted(glob.glob('config/**/*.py', recursive=True)))
 def test_config_files_are_valid_and_state_their_parameter_count(path):
     import train
-    cfg = load_config(train.DEFAULTS, [path], train.CHOICES)
+    cfg = load_config(train_config.DEFAULTS, [path], train_config.CHOICES)
     claimed = re.search(r"num_params\(\) = ([\d,]+)", open(path).read())
     if claimed is None:
         return
-    args = {k: cfg[k] for k in train.MODEL_KEYS}
+    args = {k: cfg[k] for k in train_config.MODEL_KEYS}
     args['vocab_size'] = 50257
     with torch.device('meta'):
         assert GPT(GPTConfig(**args)).num_params() == int(claimed.group(1).replace(',', ''))

@@ -14,6 +14,7 @@ import analyze
 import eval_quant as eq
 from conftest import write_dataset
 from model import GPT, GPTConfig
+import runs
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -219,7 +220,7 @@ def plant_outlier_channel(model, channel, factor):
 
 
 def quant_ppl(model, data, schemes, name='tiny'):
-    lm = analyze.LoadedModel(name, model, 'ours', None, 16, 64, dict(n_params=model.num_params()))
+    lm = runs.LoadedModel(name, model, 'ours', None, 16, 64, dict(n_params=model.num_params()))
     result = eq.evaluate(lm, {s: eq.parse_scheme(s) for s in schemes}, data, 60, 8, 'cpu')
     return result['ppl']
 
@@ -259,7 +260,7 @@ def test_conv1d_layers_of_transformers_gpt2(data):
     fine = eq.absmax(x, 8, dim=-1) @ eq.absmax(w.T, 8, dim=1).T + b
     assert torch.allclose(run_layer(conv, 'fine', x), fine, atol=1e-6)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    lm = analyze.wrap_hf(model, 'tiny-gpt2', 16)
+    lm = runs.wrap_hf(model, 'tiny-gpt2', 16)
     schemes = {s: eq.parse_scheme(s) for s in ('coarse', 'zeropoint4')}
     result = eq.evaluate(lm, schemes, data, 20, 8, 'cpu', lm_head=True)
     assert all(math.isfinite(v) for v in result['ppl'].values()) and len(result['quantised_layers']) == 9
@@ -315,7 +316,7 @@ def test_cli_table_json_and_markdown(trained, data, tmp_path, capsys):
 
 
 @pytest.mark.parametrize('args, message', [
-    (['--ckpt', 'nowhere/ckpt.pt'], 'checkpoint nowhere/ckpt.pt not found'),
+    (['--ckpt', 'nowhere/ckpt.pt'], '--ckpt nowhere/ckpt.pt: not found, no such file or folder'),
     (['--schemes', 'fine,int4'], "unknown scheme 'int4'"),
     (['--schemes', 'zeropoint12'], 'bit width 12 is not supported'),
     (['--schemes', 'absmax4g5'], 'group size 5 does not divide'),

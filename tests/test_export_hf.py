@@ -11,6 +11,7 @@ import torch
 import export_hf
 import prepare_c4
 from model import GPT, GPTConfig
+import tokenizer as tokenizer_lib
 
 transformers = pytest.importorskip('transformers')
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -25,7 +26,7 @@ def write_checkpoint(path, tokenizer='bytes', bos=None, seed=0, **kw):
     """A train.py-style checkpoint of a tiny model whose every weight is random (std 0.2, so each part shows in the
     logits), recording the tokenizer of its data. Returns (path, model)."""
     torch.manual_seed(seed)
-    record = prepare_c4.load_tokenizer(tokenizer).record()
+    record = tokenizer_lib.load_tokenizer(tokenizer).record()
     cfg = GPTConfig(**dict(n_layer=2, n_head=4, n_embd=32, block_size=24, vocab_size=record['vocab_size']) | kw)
     model = GPT(cfg).eval()
     with torch.no_grad():
@@ -82,23 +83,23 @@ def test_tiktoken_vocabulary_gives_tiktokens_ids(tmp_path):
         ranks[merge] = len(ranks)
     path = tmp_path / 'tiny.tiktoken'
     path.write_bytes(b''.join(base64.b64encode(t) + b' ' + str(r).encode() + b'\n' for t, r in ranks.items()))
-    enc = tiktoken.Encoding('tiny', pat_str=prepare_c4.GPT2_PAT, mergeable_ranks=ranks,
+    enc = tiktoken.Encoding('tiny', pat_str=tokenizer_lib.GPT2_PAT, mergeable_ranks=ranks,
                             special_tokens={'<|endoftext|>': len(ranks)})
     out, _ = round_trip(tmp_path, 'LlamaForCausalLM', tokenizer=str(path), **LLAMA_STYLE)
     tok = transformers.AutoTokenizer.from_pretrained(out)
-    for text in TEXTS + [prepare_c4.PROBE_TEXT]:
+    for text in TEXTS + [tokenizer_lib.PROBE_TEXT]:
         assert tok.encode(text, add_special_tokens=False, split_special_tokens=True) == enc.encode_ordinary(text)
     assert tok.eos_token_id == len(ranks)
 
 
 def test_gpt2_tokenizer_gives_gpt2_ids(tmp_path):
-    if prepare_c4.gpt2_ranks_file() is None:
+    if tokenizer_lib.gpt2_ranks_file() is None:
         pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see docs/data.md)')
     ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', tokenizer='gpt2', n_embd=16, **GPT2_STYLE)
     export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf')])
     tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'hf'))
-    ours = prepare_c4.load_tokenizer('gpt2')
-    for text in TEXTS + [prepare_c4.PROBE_TEXT]:
+    ours = tokenizer_lib.load_tokenizer('gpt2')
+    for text in TEXTS + [tokenizer_lib.PROBE_TEXT]:
         assert tok.encode(text, add_special_tokens=False, split_special_tokens=True) == list(ours.encode(text))
     assert tok.encode('Hello world') == [15496, 995] and tok.eos_token_id == 50256
 

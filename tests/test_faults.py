@@ -19,6 +19,7 @@ import torch
 import train
 from conftest import ROOT, write_dataset
 from test_train import config
+import runs
 
 TINY = os.path.join(ROOT, 'config', 'tiny_cpu.py')
 SMALL = ['--n_layer=2', '--n_embd=32', '--n_head=2', '--block_size=32', '--batch_size=4', '--eval_tokens=256',
@@ -171,14 +172,14 @@ def test_two_runs_on_one_out_dir(bigram_data, tmp_path, capsys):
 
 def test_without_fcntl_the_scripts_import_and_a_run_goes_unlocked_with_a_warning(bigram_data, tmp_path, capsys,
                                                                                    monkeypatch):
-    """Windows has no fcntl: train.py (and analyze.py, which imports it) must still import, and a run must work
-    without the lock, saying so once. Nor can Windows open a folder (fsync_dir after each checkpoint's rename):
+    """Windows has no fcntl: train.py, analyze.py and eval_quant.py (through runs.py, which holds the lock) must still
+    import, and a run must work without the lock, saying so once. Nor can Windows open a folder (fsync_dir after each checkpoint's rename):
     the run still writes its checkpoints."""
-    code = ("import sys; sys.modules['fcntl'] = None; import train, analyze, eval_quant; "
-            "assert train.fcntl is None; print('imported')")
+    code = ("import sys; sys.modules['fcntl'] = None; import train, analyze, eval_quant, runs; "
+            "assert runs.fcntl is None; print('imported')")
     done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == 'imported', done.stderr
-    monkeypatch.setattr(train, 'fcntl', None)
+    monkeypatch.setattr(runs, 'fcntl', None)
     os_open = os.open
 
     def windows_open(path, *args, **kwargs):

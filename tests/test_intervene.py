@@ -10,9 +10,11 @@ import torch.nn.functional as F
 
 import analyze
 import intervene
-from analyze import LoadedModel
+from runs import LoadedModel
 from model import GPT
 from test_analyze import VOCAB, random_docs, tiny_config, write_checkpoint, write_docs
+import measure
+import runs
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -219,7 +221,7 @@ def test_a_public_model_runs_as_our_gpt_with_the_transformers_perplexity(docs_di
                                    num_key_value_heads=1, vocab_size=VOCAB, max_position_embeddings=64,
                                    bos_token_id=VOCAB - 2, eos_token_id=VOCAB - 1, pad_token_id=0)
     transformers.LlamaForCausalLM(cfg).save_pretrained(str(tmp_path / 'llama'))
-    reference = analyze.analyze(analyze.load_model(str(tmp_path / 'llama'), block_size=32), docs_dir, None, 3, 'cpu',
+    reference = measure.analyze(runs.load_model(str(tmp_path / 'llama'), block_size=32), docs_dir, None, 3, 'cpu',
                                 quiet=True)[0]
     out = tmp_path / 'r' / 'intervene.json'
     intervene.main(['--init_from', str(tmp_path / 'llama'), '--data', docs_dir, '--block_size', '32',

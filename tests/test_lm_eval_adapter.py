@@ -15,6 +15,9 @@ import analyze
 import lm_eval_adapter as adapter
 import prepare_c4
 from model import GPT, GPTConfig
+import dataset
+import runs
+import tokenizer as tokenizer_lib
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 MERGES = (b'th', b'the', b' the', b'in', b'ing', b' in', b'er', b'en', b' a', b'at', b' m', b' mat')
@@ -28,7 +31,7 @@ def vocab(tmp_path_factory):
         ranks[m] = len(ranks)
     path = tmp_path_factory.mktemp('vocab') / 'tiny.tiktoken'
     path.write_bytes(b''.join(base64.b64encode(t) + b' ' + str(r).encode() + b'\n' for t, r in ranks.items()))
-    enc = tiktoken.Encoding('tiny', pat_str=prepare_c4.GPT2_PAT, mergeable_ranks=ranks,
+    enc = tiktoken.Encoding('tiny', pat_str=tokenizer_lib.GPT2_PAT, mergeable_ranks=ranks,
                             special_tokens={'<|endoftext|>': len(ranks)})
     return str(path), enc
 
@@ -36,7 +39,7 @@ def vocab(tmp_path_factory):
 def checkpoint(tmp_path, vocab, bos=None, **kw):
     """A tiny random GPT-2-style checkpoint recording the tiny tokenizer; (LoadedModel, Tokenizer)."""
     torch.manual_seed(0)
-    record = prepare_c4.load_tokenizer(vocab[0]).record()
+    record = tokenizer_lib.load_tokenizer(vocab[0]).record()
     cfg = GPTConfig(**dict(n_layer=2, n_head=2, n_embd=32, block_size=T, vocab_size=record['vocab_size']) | kw)
     model = GPT(cfg).eval()
     with torch.no_grad():
@@ -45,7 +48,7 @@ def checkpoint(tmp_path, vocab, bos=None, **kw):
     path = tmp_path / 'ckpt.pt'
     torch.save({'model': model.state_dict(), 'model_args': cfg.__dict__.copy(), 'iter_num': 0, 'config': {},
                 'tokenizer': record, 'bos': bos}, path)
-    return analyze.load_model(str(path)), prepare_c4.load_tokenizer(vocab[0])
+    return runs.load_model(str(path)), tokenizer_lib.load_tokenizer(vocab[0])
 
 
 @torch.no_grad()
@@ -128,7 +131,7 @@ def test_rolling_perplexity_of_a_prepared_folder(tmp_path, vocab, capsys):
     lm, tok = checkpoint(tmp_path, vocab)
     texts = ["the thing in the evening is interesting. " * 3, "a mat", "x", "", "then the mat, then the end"]
     out = tmp_path / 'data'
-    prepare_c4.prepare(out, tok, {'test': 1}, 'test texts', '', True, lambda split: texts,
+    dataset.prepare(out, tok, {'test': 1}, 'test texts', '', True, lambda split: texts,
                        {'train': (None, None), 'val': (None, None)})
     nll = count = 0
     for text in texts:

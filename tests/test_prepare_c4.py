@@ -16,6 +16,13 @@ import tiktoken
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import prepare_c4  # noqa: E402
+import dataset
+import fileio
+import measure
+import runs
+import sources
+import tokenizer as tokenizer_lib
+import train_config
 
 TRAIN = [  # two train shards
     [f"Document {i} of the first shard: the thing in the evening is interesting. " * (1 + i % 4) for i in range(9)]
@@ -48,7 +55,7 @@ def vocab(tmp_path):
     ranks = {bytes([i]): i for i in range(256)}
     for m in MERGES:
         ranks[m] = len(ranks)
-    enc = tiktoken.Encoding("tiny", pat_str=prepare_c4.GPT2_PAT, mergeable_ranks=ranks,
+    enc = tiktoken.Encoding("tiny", pat_str=tokenizer_lib.GPT2_PAT, mergeable_ranks=ranks,
                             special_tokens={"<|endoftext|>": len(ranks)})
     path = tmp_path / "tiny.tiktoken"
     path.write_bytes(b"".join(base64.b64encode(t) + b" " + str(r).encode() + b"\n" for t, r in ranks.items()))
@@ -79,7 +86,7 @@ def test_local_shards_tiktoken_end_to_end(shards, vocab, tmp_path):
     path, enc = vocab
     out = tmp_path / "out"
     prepare_c4.main(["--data_files", str(shards), "--tokenizer", str(path), "--out_dir", str(out), "--num_proc", "1"])
-    meta = prepare_c4.load_meta(out)
+    meta = dataset.load_meta(out)
     eot = len(MERGES) + 256
     assert meta["vocab_size"] == eot + 1 and meta["eot_token"] == eot and meta["dtype"] == "uint16"
     assert meta["tokenizer"] == str(path.resolve()) and meta["format"] == 1 and meta["stand_in_for_c4"] is False
@@ -96,20 +103,20 @@ def test_local_shards_tiktoken_end_to_end(shards, vocab, tmp_path):
 
 
 def test_worker_processes_keep_order(shards, vocab, tmp_path, monkeypatch):
-    monkeypatch.setattr(prepare_c4, "CHUNK_DOCS", 2)
-    metas = [prepare_c4.load_meta(prepare_c4.prepare_c4(tmp_path / f"out{n}", str(vocab[0]), [str(shards)], num_proc=n))
+    monkeypatch.setattr(tokenizer_lib, "CHUNK_DOCS", 2)
+    metas = [dataset.load_meta(dataset.prepare_c4(tmp_path / f"out{n}", str(vocab[0]), [str(shards)], num_proc=n))
              for n in (1, 2)]
     assert metas[0]["splits"] == metas[1]["splits"]
 
 
 def test_bytes_round_trip_and_bounds(shards, tmp_path, monkeypatch):
-    monkeypatch.setattr(prepare_c4, "CHUNK_DOCS", 3)  # the bound falls in a later chunk
+    monkeypatch.setattr(tokenizer_lib, "CHUNK_DOCS", 3)  # the bound falls in a later chunk
     texts = TRAIN[0] + TRAIN[1]
     lengths = np.cumsum([len(t.encode()) + 1 for t in texts])
     bound = int(lengths[4]) - 5  # inside document 4: documents 0..4 are kept
-    out = prepare_c4.prepare_c4(tmp_path / "out", "bytes", [str(shards / "c4-*.json.gz")],
+    out = dataset.prepare_c4(tmp_path / "out", "bytes", [str(shards / "c4-*.json.gz")],
                                 train_tokens=bound, val_docs=2)
-    meta = prepare_c4.load_meta(out)
+    meta = dataset.load_meta(out)
     assert meta["splits"]["train"] == {"documents": 5, "tokens": int(lengths[4]), "sha256": sha256(out / "train.bin"),
                                       "max_token_id": 256}
     assert meta["splits"]["val"]["documents"] == 2 and meta["vocab_size"] == 257 and meta["eot_token"] == 256
@@ -117,8 +124,8 @@ def test_bytes_round_trip_and_bounds(shards, tmp_path, monkeypatch):
     assert [bytes(x).decode() for x in train] == texts[:5]
     assert [bytes(x).decode() for x in read_docs(out, "val", 256)] == VAL[:2]
     # a bound exactly at the end of a document stops there
-    out = prepare_c4.prepare_c4(tmp_path / "out2", "bytes", [str(shards)], train_tokens=int(lengths[6]), val_docs=1)
-    assert prepare_c4.load_meta(out)["splits"]["train"]["documents"] == 7
+    out = dataset.prepare_c4(tmp_path / "out2", "bytes", [str(shards)], train_tokens=int(lengths[6]), val_docs=1)
+    assert dataset.load_meta(out)["splits"]["train"]["documents"] == 7
 
 
 def test_hub_path_streams_allenai_c4(shards, tmp_path, monkeypatch):
@@ -132,11 +139,11 @@ def test_hub_path_streams_allenai_c4(shards, tmp_path, monkeypatch):
         return real_load("json", data_files={split: files}, split=split, streaming=True)
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    hub = prepare_c4.load_meta(prepare_c4.prepare_c4(tmp_path / "hub", "bytes"))
+    hub = dataset.load_meta(dataset.prepare_c4(tmp_path / "hub", "bytes"))
     assert sorted(c[2] for c in calls) == ["train", "validation"]
     assert hub["source"] == "allenai/c4 en (hub, streamed)" and hub["args"]["data_files"] is None
     monkeypatch.setattr(datasets, "load_dataset", real_load)
-    local = prepare_c4.load_meta(prepare_c4.prepare_c4(tmp_path / "local", "bytes", [str(shards)]))
+    local = dataset.load_meta(dataset.prepare_c4(tmp_path / "local", "bytes", [str(shards)]))
     assert hub["splits"] == local["splits"]
 
 
@@ -165,7 +172,7 @@ def test_gpt2_vocabulary_unavailable(tmp_path, monkeypatch, capsys):
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: cannot load the GPT-2 vocabulary")
     assert "TIKTOKEN_CACHE_DIR" in err and "--tokenizer bytes" in err
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
-    assert prepare_c4.load_tokenizer("auto").name == "bytes"  # auto never goes to the network
+    assert tokenizer_lib.load_tokenizer("auto").name == "bytes"  # auto never goes to the network
 
 
 def test_bad_shards_are_one_line_errors(tmp_path, capsys):
@@ -196,8 +203,8 @@ def test_bad_shards_are_one_line_errors(tmp_path, capsys):
 
 
 def test_interruption_leaves_nothing_loadable_then_resumes(shards, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(prepare_c4, "CHUNK_DOCS", 2)
-    real_encode, encoded = prepare_c4.encode_chunk, []
+    monkeypatch.setattr(tokenizer_lib, "CHUNK_DOCS", 2)
+    real_encode, encoded = tokenizer_lib.encode_chunk, []
 
     def interrupt_in_train(texts, tok):
         if texts[0] in TRAIN[0][2:]:  # the second chunk of the train split
@@ -205,25 +212,25 @@ def test_interruption_leaves_nothing_loadable_then_resumes(shards, tmp_path, mon
         encoded.extend(texts)
         return real_encode(texts, tok)
 
-    monkeypatch.setattr(prepare_c4, "encode_chunk", interrupt_in_train)
+    monkeypatch.setattr(tokenizer_lib, "encode_chunk", interrupt_in_train)
     out = tmp_path / "out"
     args = ["--data_files", str(shards), "--tokenizer", "bytes", "--out_dir", str(out), "--num_proc", "1"]
     code, err = run_main(args, capsys)
     assert code == 130 and "run the same command again" in err
     assert sorted(p.name for p in out.iterdir()) == [".progress.json", "val.bin"]  # val finished, train did not
     with pytest.raises(ValueError, match="no meta.json"):
-        prepare_c4.load_meta(out)
+        dataset.load_meta(out)
 
     def counting(texts, tok):
         encoded.extend(texts)
         return real_encode(texts, tok)
 
     encoded.clear()
-    monkeypatch.setattr(prepare_c4, "encode_chunk", counting)
+    monkeypatch.setattr(tokenizer_lib, "encode_chunk", counting)
     prepare_c4.main(args)
     assert encoded == TRAIN[0] + TRAIN[1]  # val was not encoded again
-    fresh = prepare_c4.prepare_c4(tmp_path / "fresh", "bytes", [str(shards)])
-    assert prepare_c4.load_meta(out)["splits"] == prepare_c4.load_meta(fresh)["splits"]
+    fresh = dataset.prepare_c4(tmp_path / "fresh", "bytes", [str(shards)])
+    assert dataset.load_meta(out)["splits"] == dataset.load_meta(fresh)["splits"]
 
 
 def test_rerun_skips_and_changed_arguments_need_force(shards, tmp_path, monkeypatch, capsys):
@@ -232,21 +239,21 @@ def test_rerun_skips_and_changed_arguments_need_force(shards, tmp_path, monkeypa
     prepare_c4.main(args)
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     calls = []
-    monkeypatch.setattr(prepare_c4, "encode_chunk", lambda *a: calls.append(1))
+    monkeypatch.setattr(tokenizer_lib, "encode_chunk", lambda *a: calls.append(1))
     prepare_c4.main(args)
     assert calls == [] and {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == mtimes
     code, err = run_main(args + ["--train_tokens", "100"], capsys)
     assert code == 2 and "train_tokens: 100000000 -> 100" in err and "--force" in err
     monkeypatch.undo()
     prepare_c4.main(args + ["--train_tokens", "100", "--force"])
-    meta = prepare_c4.load_meta(out)
+    meta = dataset.load_meta(out)
     assert meta["args"]["train_tokens"] == 100  # document 0 has 73 tokens, document 1 crosses 100
     assert meta["splits"]["train"]["documents"] == 2
     assert meta["splits"]["train"]["tokens"] == sum(len(t.encode()) + 1 for t in TRAIN[0][:2])
 
 
 def test_load_meta_rejects_corrupt_folders(shards, tmp_path):
-    good = prepare_c4.prepare_c4(tmp_path / "good", "bytes", [str(shards)])
+    good = dataset.prepare_c4(tmp_path / "good", "bytes", [str(shards)])
     meta = json.loads((good / "meta.json").read_text())
 
     def broken(name, change):
@@ -256,7 +263,7 @@ def test_load_meta_rejects_corrupt_folders(shards, tmp_path):
             (d / p.name).write_bytes(p.read_bytes())
         change(d)
         with pytest.raises(ValueError) as e:
-            prepare_c4.load_meta(d)
+            dataset.load_meta(d)
         assert "\n" not in str(e.value)
         return str(e.value)
 
@@ -269,31 +276,31 @@ def test_load_meta_rejects_corrupt_folders(shards, tmp_path):
     assert "truncated" in broken("short", lambda d: (d / "train.bin").write_bytes((d / "train.bin").read_bytes()[:-2]))
     assert "truncated" in broken("odd", lambda d: (d / "val.bin").write_bytes((d / "val.bin").read_bytes() + b"\0"))
     with pytest.raises(ValueError, match="not a prepared dataset"):
-        prepare_c4.load_meta(tmp_path / "nowhere")
+        dataset.load_meta(tmp_path / "nowhere")
 
 
 def test_offline_corpus_is_deterministic(tmp_path, monkeypatch):
-    monkeypatch.setattr(prepare_c4, "CHUNK_DOCS", 64)
-    a, b = (prepare_c4.load_meta(prepare_c4.prepare_offline(tmp_path / d, "bytes", max_docs=300)) for d in "ab")
+    monkeypatch.setattr(tokenizer_lib, "CHUNK_DOCS", 64)
+    a, b = (dataset.load_meta(dataset.prepare_offline(tmp_path / d, "bytes", max_docs=300)) for d in "ab")
     assert a["splits"] == b["splits"] and a["stand_in_for_c4"] is True and "NOT C4" in a["description"]
     assert a["splits"]["train"]["documents"] + a["splits"]["val"]["documents"] == 300
     for split in ("train", "val"):
         for doc in read_docs(tmp_path / "a", split, 256):
             text = bytes(doc).decode()
-            assert len(text) >= prepare_c4.MIN_DOC_CHARS
+            assert len(text) >= sources.MIN_DOC_CHARS
             assert (int(hashlib.sha1(text.encode()).hexdigest(), 16) % 100 < 2) == (split == "val")
-    docs = prepare_c4.offline_documents(max_docs=120)
-    assert docs == prepare_c4.offline_documents(max_docs=120, num_proc=2) and len(set(docs)) == 120
+    docs = sources.offline_documents(max_docs=120)
+    assert docs == sources.offline_documents(max_docs=120, num_proc=2) and len(set(docs)) == 120
 
 
 def test_small_pieces(tmp_path):
     import tiktoken_ext.openai_public
-    assert prepare_c4.GPT2_PAT == tiktoken_ext.openai_public.r50k_pat_str
+    assert tokenizer_lib.GPT2_PAT == tiktoken_ext.openai_public.r50k_pat_str
     assert prepare_c4.count("1e5") == prepare_c4.count("100_000") == 100_000
     bad = tmp_path / "gap.tiktoken"
     bad.write_bytes(base64.b64encode(b"a") + b" 0\n" + base64.b64encode(b"b") + b" 2\n")
-    with pytest.raises(prepare_c4.PrepareError, match="ranks"):
-        prepare_c4.load_tokenizer(str(bad))
+    with pytest.raises(fileio.PrepareError, match="ranks"):
+        tokenizer_lib.load_tokenizer(str(bad))
 
 
 @pytest.mark.parametrize("source", ["shards", "offline"])
@@ -306,31 +313,31 @@ def test_train_reads_what_prepare_writes(source, shards, vocab, tmp_path):
     from conftest import ROOT
     out = tmp_path / "data"
     if source == "shards":
-        prepare_c4.prepare_c4(out_dir=out, tokenizer=str(vocab[0]), data_files=[str(shards)], val_docs=100)
+        dataset.prepare_c4(out_dir=out, tokenizer=str(vocab[0]), data_files=[str(shards)], val_docs=100)
     else:
-        prepare_c4.prepare_offline(out_dir=out, tokenizer="bytes", max_docs=300)
+        dataset.prepare_offline(out_dir=out, tokenizer="bytes", max_docs=300)
     args = [os.path.join(ROOT, "config", "tiny_cpu.py"), f"--dataset={out}", f"--out_dir={tmp_path / 'run'}",
             "--max_iters=3", "--block_size=16", "--batch_size=2", "--eval_tokens=64"]
-    cfg = load_config(train.DEFAULTS, args, train.CHOICES)
+    cfg = load_config(train_config.DEFAULTS, args, train_config.CHOICES)
     result = train.train(cfg)
-    assert cfg["vocab_size"] == prepare_c4.load_meta(out)["vocab_size"]
+    assert cfg["vocab_size"] == dataset.load_meta(out)["vocab_size"]
     assert math.isfinite(result["val_loss"]) and result["iter"] == 3
 
 
 def test_iter_documents_streams_documents_in_order(shards, tmp_path):
     out = tmp_path / "docs"
-    prepare_c4.prepare_c4(out_dir=out, tokenizer="bytes", data_files=[str(shards)], val_docs=100)
-    docs = list(prepare_c4.iter_documents(out, "val", chunk_tokens=7))   # chunks cut through documents
+    dataset.prepare_c4(out_dir=out, tokenizer="bytes", data_files=[str(shards)], val_docs=100)
+    docs = list(dataset.iter_documents(out, "val", chunk_tokens=7))   # chunks cut through documents
     assert [bytes(d.astype(np.uint8)).decode("utf-8") for d in docs] == VAL
-    assert len(list(prepare_c4.iter_documents(out, "val", max_docs=2))) == 2
-    train_docs = list(prepare_c4.iter_documents(out, "train"))
+    assert len(list(dataset.iter_documents(out, "val", max_docs=2))) == 2
+    train_docs = list(dataset.iter_documents(out, "train"))
     assert bytes(train_docs[0].astype(np.uint8)).decode("utf-8") == TRAIN[0][0]
 
 
 def test_bigram_backcopy_copies_after_triggers_and_follows_its_chain(tmp_path):
     vocab, triggers = 16, 4
-    docs = np.stack(list(prepare_c4.bigram_backcopy_documents(400, 64, vocab, triggers, 0.3, seed=5)))
-    again = np.stack(list(prepare_c4.bigram_backcopy_documents(400, 64, vocab, triggers, 0.3, seed=5)))
+    docs = np.stack(list(sources.bigram_backcopy_documents(400, 64, vocab, triggers, 0.3, seed=5)))
+    again = np.stack(list(sources.bigram_backcopy_documents(400, 64, vocab, triggers, 0.3, seed=5)))
     assert np.array_equal(docs, again) and docs.min() >= 0 and docs.max() < vocab
     # the trigger set, recovered from the data alone: tokens always followed by the token before them
     prev2, prev, nxt = docs[:, :-2].ravel(), docs[:, 1:-1].ravel(), docs[:, 2:].ravel()
@@ -349,22 +356,22 @@ def test_bigram_backcopy_copies_after_triggers_and_follows_its_chain(tmp_path):
 
 
 def test_bigram_backcopy_prepares_a_dataset_in_the_documented_format(tmp_path):
-    out = prepare_c4.prepare_bigram_backcopy(tmp_path / 'bb', vocab=32, triggers=3, doc_len=40, train_docs=30, val_docs=7)
-    meta = prepare_c4.load_meta(out)
+    out = dataset.prepare_bigram_backcopy(tmp_path / 'bb', vocab=32, triggers=3, doc_len=40, train_docs=30, val_docs=7)
+    meta = dataset.load_meta(out)
     assert (meta['vocab_size'], meta['eot_token'], meta['tokenizer']) == (33, 32, 'bigram_backcopy')
     assert meta['splits']['val'] == {**meta['splits']['val'], 'documents': 7, 'tokens': 7 * 41}
     assert meta['splits']['train']['documents'] == 30 and meta['stand_in_for_c4'] is True
-    val = list(prepare_c4.iter_documents(out, 'val'))
-    expected = list(prepare_c4.bigram_backcopy_documents(37, 40, 32, 3, 0.1, 0))
+    val = list(dataset.iter_documents(out, 'val'))
+    expected = list(sources.bigram_backcopy_documents(37, 40, 32, 3, 0.1, 0))
     assert all(np.array_equal(a, b) for a, b in zip(val, expected[:7]))     # val first, then train, one stream
     train = np.fromfile(out / 'train.bin', dtype=np.uint16)
     assert np.array_equal(train[:40], expected[7])
 
 
 def test_meta_records_each_splits_largest_token_id(shards, vocab, tmp_path):
-    out = prepare_c4.prepare_c4(tmp_path / "out", str(vocab[0]), [str(shards)])
-    meta = prepare_c4.load_meta(out)
-    for split in prepare_c4.SPLITS:
+    out = dataset.prepare_c4(tmp_path / "out", str(vocab[0]), [str(shards)])
+    meta = dataset.load_meta(out)
+    for split in dataset.SPLITS:
         ids = np.fromfile(out / f"{split}.bin", dtype=meta["dtype"])
         assert meta["splits"][split]["max_token_id"] == int(ids.max())
 
@@ -380,7 +387,7 @@ def test_hint_after_a_corrupt_file_repeats_the_command_that_made_it(source, shar
     good = (out / "train.bin").read_bytes()
     (out / "train.bin").write_bytes(good[:-2])
     with pytest.raises(ValueError) as e:
-        prepare_c4.load_meta(out)
+        dataset.load_meta(out)
     command = str(e.value).split("prepare it again: ")[1]
     expected = (f"python prepare_c4.py --source offline --tokenizer bytes --max_docs 300 --out_dir {out}" if source == "offline"
                 else f"python prepare_c4.py --data_files {shards} --tokenizer bytes --train_tokens 100000000 "
@@ -389,7 +396,7 @@ def test_hint_after_a_corrupt_file_repeats_the_command_that_made_it(source, shar
     argv = shlex.split(command)
     assert argv[:2] == ["python", "prepare_c4.py"]
     prepare_c4.main(argv[2:])
-    assert prepare_c4.load_meta(out) and (out / "train.bin").read_bytes() == good
+    assert dataset.load_meta(out) and (out / "train.bin").read_bytes() == good
 
 
 @pytest.mark.parametrize("damage", ["truncated", "random bytes"])
@@ -406,9 +413,9 @@ def test_an_unreadable_shard_is_named(damage, shards, tmp_path, capsys):
 def test_prepare_command_for_the_synthetic_task_only_when_the_command_line_can_make_it():
     args = {"source": "bigram_backcopy", "vocab": 64, "triggers": 12, "alpha": 0.1, "doc_len": 256,
             "train_docs": 40_000, "val_docs": 200, "seed": 0}
-    assert prepare_c4.prepare_command(args, "d") == "python prepare_c4.py --source bigram_backcopy --val_docs 200 --out_dir d"
-    assert prepare_c4.prepare_command(dict(args, triggers=3), "d") is None      # made from Python: no such flag
-    assert prepare_c4.prepare_command({}, "d") is None
+    assert dataset.prepare_command(args, "d") == "python prepare_c4.py --source bigram_backcopy --val_docs 200 --out_dir d"
+    assert dataset.prepare_command(dict(args, triggers=3), "d") is None      # made from Python: no such flag
+    assert dataset.prepare_command({}, "d") is None
 
 
 def test_out_dir_that_is_a_file_is_refused_in_one_line(tmp_path, capsys):
@@ -434,7 +441,7 @@ def test_rerun_prepares_a_split_whose_content_changed_again(shards, tmp_path, ca
     err = capsys.readouterr().err
     assert "the sha256 of val.bin differs from meta.json's" in err and "already prepared" not in err, err
     assert (out / "val.bin").read_bytes() == good and (out / "train.bin").stat().st_mtime_ns == train_mtime
-    assert prepare_c4.load_meta(out)["splits"]["val"]["sha256"] == sha256(out / "val.bin")
+    assert dataset.load_meta(out)["splits"]["val"]["sha256"] == sha256(out / "val.bin")
     prepare_c4.main(args)
     assert "already prepared" in capsys.readouterr().err
 
@@ -447,7 +454,7 @@ def test_a_source_shorter_than_asked_for_is_said_once(shards, tmp_path, capsys):
     assert len(warnings) == 2, warnings
     assert warnings[0].startswith(f"warning: val: the source has only {len(VAL)} documents, fewer than the 10 asked for")
     assert warnings[1].startswith("warning: train: the source has only ") and "1,000,000,000 asked for" in warnings[1]
-    assert prepare_c4.load_meta(out)["splits"]["val"]["documents"] == len(VAL)
+    assert dataset.load_meta(out)["splits"]["val"]["documents"] == len(VAL)
 
 
 # ----------------------------------------------------------------------------- WikiText-2
@@ -481,7 +488,7 @@ def test_wikitext2_from_the_raw_files_one_document_per_article(wikitext, tmp_pat
     out = tmp_path / "wt2"
     prepare_c4.main(["--source", "wikitext2", "--wikitext_dir", str(wikitext), "--tokenizer", "bytes",
                      "--out_dir", str(out), "--num_proc", "1"])
-    meta = prepare_c4.load_meta(out)
+    meta = dataset.load_meta(out)
     assert [bytes(x).decode() for x in read_docs(out, "train", 256)] == WIKI_TRAIN
     assert [bytes(x).decode() for x in read_docs(out, "val", 256)] == WIKI_VAL
     assert meta["args"] == {"source": "wikitext2", "wikitext_dir": str(wikitext), "tokenizer": "bytes",
@@ -496,7 +503,7 @@ def test_wikitext2_from_the_raw_files_one_document_per_article(wikitext, tmp_pat
     good = (out / "train.bin").read_bytes()
     (out / "train.bin").write_bytes(good[:-1])
     with pytest.raises(ValueError) as e:
-        prepare_c4.load_meta(out)
+        dataset.load_meta(out)
     command = str(e.value).split("prepare it again: ")[1]
     assert command == f"python prepare_c4.py --source wikitext2 --wikitext_dir {wikitext} --tokenizer bytes --out_dir {out}"
     import shlex
@@ -517,11 +524,11 @@ def test_wikitext2_from_the_hub_gives_the_same_data(wikitext, tmp_path, monkeypa
         return [{"text": line if line.strip() else ""} for line in lines]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    hub = prepare_c4.load_meta(prepare_c4.prepare_wikitext2(tmp_path / "hub", "bytes"))
+    hub = dataset.load_meta(dataset.prepare_wikitext2(tmp_path / "hub", "bytes"))
     assert sorted(calls) == [("Salesforce/wikitext", "wikitext-2-raw-v1", "test"),
                              ("Salesforce/wikitext", "wikitext-2-raw-v1", "train")]
     assert hub["args"]["wikitext_dir"] is None and "hub" in hub["source"]
-    local = prepare_c4.load_meta(prepare_c4.prepare_wikitext2(tmp_path / "local", "bytes", str(wikitext)))
+    local = dataset.load_meta(dataset.prepare_wikitext2(tmp_path / "local", "bytes", str(wikitext)))
     assert hub["splits"] == local["splits"]
 
 
@@ -550,8 +557,8 @@ def test_analyze_and_eval_quant_report_wikitext2_perplexity(wikitext, tmp_path, 
     import analyze
     import eval_quant
     from model import GPT, GPTConfig
-    data = prepare_c4.prepare_wikitext2(tmp_path / "wt2", "bytes", str(wikitext))
-    meta = prepare_c4.load_meta(data)
+    data = dataset.prepare_wikitext2(tmp_path / "wt2", "bytes", str(wikitext))
+    meta = dataset.load_meta(data)
     torch.manual_seed(0)
     cfg = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=48, vocab_size=meta["vocab_size"])
     model = GPT(cfg).eval()
@@ -574,6 +581,6 @@ def test_analyze_and_eval_quant_report_wikitext2_perplexity(wikitext, tmp_path, 
     full = json.loads((tmp_path / "q.json").read_text())["models"][0]["ppl"]["full"]
     assert full == pytest.approx(expected, rel=1e-5)
     # data in another model's vocabulary: analyze.py's hint prepares WikiText-2 again, from the same files
-    other = analyze.LoadedModel("org/model", model, "hf", None, 16, 300, {})
-    assert analyze.prepare_command(other, meta, str(data)).startswith(
+    other = runs.LoadedModel("org/model", model, "hf", None, 16, 300, {})
+    assert measure.prepare_command(other, meta, str(data)).startswith(
         f"python prepare_c4.py --source wikitext2 --wikitext_dir {wikitext} --tokenizer hf:org/model --out_dir {data}_")

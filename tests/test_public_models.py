@@ -19,6 +19,15 @@ import train
 from configurator import load_config
 from conftest import ROOT
 from model import GPT, GPTConfig
+import dataset
+import fileio
+import measure
+import optimizers
+import runs
+import sources
+import tables
+import tokenizer as tokenizer_lib
+import train_config
 
 transformers = pytest.importorskip('transformers')
 
@@ -178,21 +187,21 @@ def test_new_config_fields_are_validated_and_old_checkpoints_still_load(tmp_path
     loaded, _ = GPT.from_checkpoint(path)
     idx = torch.randint(0, 40, (1, 8))
     assert torch.equal(loaded(idx)[0], model(idx)[0])
-    ckpt = train.load_checkpoint(str(path))
-    train.check_model_args(str(path), ckpt, vars(cfg).copy())    # resuming does not see a change (no error)
+    ckpt = runs.load_checkpoint(str(path))
+    runs.check_model_args(str(path), ckpt, vars(cfg).copy())    # resuming does not see a change (no error)
     assert ckpt['iter_num'] == 1
-    assert set(train.PUBLIC_MODEL_KEYS) <= set(train.DEFAULTS) and set(train.MODEL_KEYS) <= set(train.DEFAULTS)
+    assert set(train_config.PUBLIC_MODEL_KEYS) <= set(train_config.DEFAULTS) and set(train_config.MODEL_KEYS) <= set(train_config.DEFAULTS)
 
 
 def test_analysis_through_from_hf_equals_analysis_through_transformers(tmp_path):
     from test_analyze import random_docs, write_docs
     data = write_docs(str(tmp_path / 'docs'), random_docs(n=9, max_len=60, vocab_size=272), vocab_size=272)
     hf = tiny_llama(std=0.1)
-    through_hf = analyze.wrap_hf(hf, 'tiny', block_size=48)
-    ours = analyze.LoadedModel('tiny', GPT.from_hf(hf, block_size=48), 'ours', through_hf.bos, 48, 272, {})
-    a, _ = analyze.analyze(through_hf, data, None, 3, 'cpu')
-    b, _ = analyze.analyze(ours, data, None, 3, 'cpu')
-    for k in analyze.SUMMARY_KEYS:
+    through_hf = runs.wrap_hf(hf, 'tiny', block_size=48)
+    ours = runs.LoadedModel('tiny', GPT.from_hf(hf, block_size=48), 'ours', through_hf.bos, 48, 272, {})
+    a, _ = measure.analyze(through_hf, data, None, 3, 'cpu')
+    b, _ = measure.analyze(ours, data, None, 3, 'cpu')
+    for k in tables.SUMMARY_KEYS:
         assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-9), k
     for k in a['per_layer']:
         assert a['per_layer'][k] == pytest.approx(b['per_layer'][k], rel=1e-5, abs=1e-9), k
@@ -201,30 +210,30 @@ def test_analysis_through_from_hf_equals_analysis_through_transformers(tmp_path)
 # ----------------------------------------------------------------------------- tokenizers
 def test_hf_tokenizer_gives_tiktoken_ids_on_the_same_bpe(tmp_path):
     ranks = tiny_ranks()
-    ref = tiktoken.Encoding('tiny', pat_str=prepare_c4.GPT2_PAT, mergeable_ranks=ranks,
+    ref = tiktoken.Encoding('tiny', pat_str=tokenizer_lib.GPT2_PAT, mergeable_ranks=ranks,
                             special_tokens={'<|endoftext|>': len(ranks)})
-    hf = prepare_c4.load_tokenizer(f"hf:{write_hf_tokenizer(tmp_path / 'tok', ranks)}")
-    tt = prepare_c4.load_tokenizer(str(write_tiktoken(tmp_path / 'tiny.tiktoken', ranks)))
-    for text in TEXTS + [prepare_c4.PROBE_TEXT]:
+    hf = tokenizer_lib.load_tokenizer(f"hf:{write_hf_tokenizer(tmp_path / 'tok', ranks)}")
+    tt = tokenizer_lib.load_tokenizer(str(write_tiktoken(tmp_path / 'tiny.tiktoken', ranks)))
+    for text in TEXTS + [tokenizer_lib.PROBE_TEXT]:
         assert list(hf.encode(text)) == list(tt.encode(text)) == ref.encode_ordinary(text), text
     assert (hf.vocab_size, hf.eot_token, hf.eot_text, hf.add_bos) == (len(ranks) + 1, len(ranks), '<|endoftext|>', False)
     assert hf.name == f"hf:{tmp_path / 'tok'}" and len(hf.sha256) == 64
-    assert prepare_c4.tokenizer_mismatch(hf.record(), tt.record()) is None
-    assert 'differ' in prepare_c4.tokenizer_mismatch(hf.record(), prepare_c4.load_tokenizer('bytes').record())
-    assert prepare_c4.tokenizer_mismatch({'name': 'old'}, hf.record()) is None         # no probe: cannot tell
+    assert tokenizer_lib.tokenizer_mismatch(hf.record(), tt.record()) is None
+    assert 'differ' in tokenizer_lib.tokenizer_mismatch(hf.record(), tokenizer_lib.load_tokenizer('bytes').record())
+    assert tokenizer_lib.tokenizer_mismatch({'name': 'old'}, hf.record()) is None         # no probe: cannot tell
 
 
 def test_prepare_with_a_model_tokenizer_records_it_and_round_trips(tmp_path):
     folder = write_hf_tokenizer(tmp_path / 'tok', tiny_ranks())
-    out = prepare_c4.prepare_offline(tmp_path / 'data', f'hf:{folder}', max_docs=80)
-    meta = prepare_c4.load_meta(out)
+    out = dataset.prepare_offline(tmp_path / 'data', f'hf:{folder}', max_docs=80)
+    meta = dataset.load_meta(out)
     info = meta['tokenizer_info']
     assert meta['tokenizer'] == info['name'] == f'hf:{folder}' and meta['eot_token'] == info['eot_token'] == 267
-    assert info['probe'] == list(prepare_c4.load_tokenizer(f'hf:{folder}').encode(prepare_c4.PROBE_TEXT))
+    assert info['probe'] == list(tokenizer_lib.load_tokenizer(f'hf:{folder}').encode(tokenizer_lib.PROBE_TEXT))
     assert meta['args']['tokenizer_sha256'] == info['sha256']
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
-    docs = prepare_c4.offline_splits(prepare_c4.offline_documents(80))['val']
-    assert [tok.decode(d.tolist()) for d in prepare_c4.iter_documents(out, 'val')] == docs
+    docs = sources.offline_splits(sources.offline_documents(80))['val']
+    assert [tok.decode(d.tolist()) for d in dataset.iter_documents(out, 'val')] == docs
 
 
 def test_c4_shards_in_a_model_vocabulary(tmp_path):
@@ -233,16 +242,16 @@ def test_c4_shards_in_a_model_vocabulary(tmp_path):
     write_shard(tmp_path / 'c4' / 'c4-train.00000-of-00001.json.gz', TRAIN[0])
     write_shard(tmp_path / 'c4' / 'c4-validation.00000-of-00001.json.gz', VAL)
     folder = write_hf_tokenizer(tmp_path / 'tok', tiny_ranks())
-    out = prepare_c4.prepare_c4(tmp_path / 'data', f'hf:{folder}', [str(tmp_path / 'c4')])
+    out = dataset.prepare_c4(tmp_path / 'data', f'hf:{folder}', [str(tmp_path / 'c4')])
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
-    assert [tok.decode(d.tolist()) for d in prepare_c4.iter_documents(out, 'train')] == TRAIN[0]
-    assert prepare_c4.load_meta(out)['tokenizer_info']['name'] == f'hf:{folder}'
+    assert [tok.decode(d.tolist()) for d in dataset.iter_documents(out, 'train')] == TRAIN[0]
+    assert dataset.load_meta(out)['tokenizer_info']['name'] == f'hf:{folder}'
 
 
 def test_a_tokenizer_that_writes_its_separator_inside_a_document_is_refused():
-    tok = prepare_c4.Tokenizer('t', 10, 3, lambda text: [1, 3, 2])
-    with pytest.raises(prepare_c4.PrepareError, match='separator 3 inside a document'):
-        prepare_c4.encode_chunk(['x'], tok)
+    tok = tokenizer_lib.Tokenizer('t', 10, 3, lambda text: [1, 3, 2])
+    with pytest.raises(fileio.PrepareError, match='separator 3 inside a document'):
+        tokenizer_lib.encode_chunk(['x'], tok)
 
 
 def write_data_gym(folder, ranks):
@@ -260,7 +269,7 @@ def test_gpt2_from_a_local_ranks_file_equals_tiktokens_gpt2_definition(tmp_path,
     import tiktoken_ext.openai_public as public
     ranks = tiny_ranks()
     write_data_gym(tmp_path, ranks)
-    files = {url: (tmp_path / os.path.basename(url)).read_bytes() for url in prepare_c4.GPT2_FILES}
+    files = {url: (tmp_path / os.path.basename(url)).read_bytes() for url in tokenizer_lib.GPT2_FILES}
     monkeypatch.setattr(tiktoken.load, 'read_file_cached', lambda url, expected_hash=None: files[url])
     definition = public.gpt2()
     definition['explicit_n_vocab'] = len(ranks) + 1
@@ -268,14 +277,14 @@ def test_gpt2_from_a_local_ranks_file_equals_tiktokens_gpt2_definition(tmp_path,
     ref = tiktoken.Encoding(**definition)
     path = write_tiktoken(tmp_path / 'gpt2.tiktoken', ranks)
     monkeypatch.setenv('GPT2_TIKTOKEN', str(path))
-    with pytest.raises(prepare_c4.PrepareError, match="not GPT-2's BPE ranks"):        # the sha256 is checked
-        prepare_c4.load_tokenizer('gpt2')
+    with pytest.raises(fileio.PrepareError, match="not GPT-2's BPE ranks"):        # the sha256 is checked
+        tokenizer_lib.load_tokenizer('gpt2')
     import hashlib
-    monkeypatch.setattr(prepare_c4, 'R50K_SHA256', hashlib.sha256(path.read_bytes()).hexdigest())
-    tok = prepare_c4.load_tokenizer('gpt2')
+    monkeypatch.setattr(tokenizer_lib, 'R50K_SHA256', hashlib.sha256(path.read_bytes()).hexdigest())
+    tok = tokenizer_lib.load_tokenizer('gpt2')
     for text in TEXTS:
         assert list(tok.encode(text)) == ref.encode_ordinary(text)
-    assert tok.name == 'gpt2' and tok.eot_token == len(ranks) and tok.sha256 == prepare_c4.R50K_SHA256
+    assert tok.name == 'gpt2' and tok.eot_token == len(ranks) and tok.sha256 == tokenizer_lib.R50K_SHA256
 
 
 def test_missing_gpt2_vocabulary_says_exactly_what_to_do(tmp_path, monkeypatch, capsys):
@@ -288,14 +297,14 @@ def test_missing_gpt2_vocabulary_says_exactly_what_to_do(tmp_path, monkeypatch, 
     assert e.value.code == 2 and err.count('\n') == 1
     assert 'pip download --no-deps --no-binary :all: openai-whisper==20250625' in err and 'GPT2_TIKTOKEN=' in err
     monkeypatch.setenv('GPT2_TIKTOKEN', str(tmp_path / 'nowhere.tiktoken'))
-    with pytest.raises(prepare_c4.PrepareError, match='no such file'):
-        prepare_c4.load_tokenizer('gpt2')
+    with pytest.raises(fileio.PrepareError, match='no such file'):
+        tokenizer_lib.load_tokenizer('gpt2')
 
 
 def test_real_gpt2_ranks_give_gpt2_ids():
-    if prepare_c4.gpt2_ranks_file() is None:
+    if tokenizer_lib.gpt2_ranks_file() is None:
         pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see docs/data.md; .ci/run fetches one)')
-    tok = prepare_c4.load_tokenizer('gpt2')
+    tok = tokenizer_lib.load_tokenizer('gpt2')
     assert list(tok.encode('Hello world')) == [15496, 995] and list(tok.encode(' the')) == [262]
     assert (tok.vocab_size, tok.eot_token) == (50257, 50256)
     assert list(tok.encode('<|endoftext|>')) == [27, 91, 437, 1659, 5239, 91, 29]      # text, not the eot token
@@ -305,26 +314,26 @@ def test_gguf_metadata_reads_what_the_gguf_package_writes(tmp_path):
     gguf = pytest.importorskip('gguf')
     path = str(tmp_path / 'm.gguf')
     w = gguf.GGUFWriter(path, 'llama')
-    w.add_string('tokenizer.ggml.pre', 'smollm')
-    w.add_array('tokenizer.ggml.tokens', ['a', 'bb', 'ccc'])
-    w.add_array('tokenizer.ggml.token_type', [1, 3, 1])
+    w.add_string('tokenizer_lib.ggml.pre', 'smollm')
+    w.add_array('tokenizer_lib.ggml.tokens', ['a', 'bb', 'ccc'])
+    w.add_array('tokenizer_lib.ggml.token_type', [1, 3, 1])
     w.add_uint32('llama.block_count', 3)
     w.add_float32('llama.rope.freq_base', 100000.0)
-    w.add_bool('tokenizer.ggml.add_bos_token', False)
+    w.add_bool('tokenizer_lib.ggml.add_bos_token', False)
     w.add_tensor('w', np.ones((2, 3), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     # what was written, scalars only (arrays skipped); GGUFWriter adds the architecture key itself
-    expected = {'general.architecture': 'llama', 'tokenizer.ggml.pre': 'smollm', 'llama.block_count': 3,
-                'llama.rope.freq_base': 100000.0, 'tokenizer.ggml.add_bos_token': False}
-    got = prepare_c4.gguf_metadata(path)
-    assert got == expected and type(got['tokenizer.ggml.add_bos_token']) is bool
+    expected = {'general.architecture': 'llama', 'tokenizer_lib.ggml.pre': 'smollm', 'llama.block_count': 3,
+                'llama.rope.freq_base': 100000.0, 'tokenizer_lib.ggml.add_bos_token': False}
+    got = tokenizer_lib.gguf_metadata(path)
+    assert got == expected and type(got['tokenizer_lib.ggml.add_bos_token']) is bool
     for name, content in (('x.gguf', b'nope'), ('empty.gguf', b''), ('short.gguf', b'GGUF\x03\x00')):
         (tmp_path / name).write_bytes(content)
         with pytest.raises(ValueError, match='not a GGUF'):
-            prepare_c4.gguf_metadata(str(tmp_path / name))
+            tokenizer_lib.gguf_metadata(str(tmp_path / name))
 
 
 # ----------------------------------------------------------------------------- data check, --bos, default data
@@ -338,30 +347,30 @@ def tiny_public(tmp_path):
 
 
 def test_data_of_another_tokenizer_is_refused_with_the_command_that_makes_it(tiny_public, tmp_path):
-    wrong = prepare_c4.prepare_offline(tmp_path / 'bytes', 'bytes', max_docs=120)     # ids fit: 257 < 272
-    lm = analyze.load_model(tiny_public, block_size=32)
+    wrong = dataset.prepare_offline(tmp_path / 'bytes', 'bytes', max_docs=120)     # ids fit: 257 < 272
+    lm = runs.load_model(tiny_public, block_size=32)
     assert lm.tokenizer['name'] == f'hf:{tiny_public}'
     with pytest.raises(ValueError) as e:
-        analyze.analyze(lm, str(wrong), 5, 2, 'cpu')
+        measure.analyze(lm, str(wrong), 5, 2, 'cpu')
     msg = str(e.value)
     assert 'does not fit' in msg and '\n' not in msg
     assert f'python prepare_c4.py --source offline --tokenizer hf:{tiny_public} --out_dir {wrong}_tiny-llama' in msg
-    right = prepare_c4.prepare_offline(tmp_path / 'right', f'hf:{tiny_public}', max_docs=120)
-    result, _ = analyze.analyze(lm, str(right), 5, 2, 'cpu')
+    right = dataset.prepare_offline(tmp_path / 'right', f'hf:{tiny_public}', max_docs=120)
+    result, _ = measure.analyze(lm, str(right), 5, 2, 'cpu')
     assert result['data']['documents'] == 1 and math.isfinite(result['ppl'])    # 120 documents: 1 in val
 
 
 def test_bos_choices(tiny_public, tmp_path):
-    data = prepare_c4.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=120)
-    meta = prepare_c4.load_meta(data)
-    lm = analyze.load_model(tiny_public, block_size=32)
+    data = dataset.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=120)
+    meta = dataset.load_meta(data)
+    lm = runs.load_model(tiny_public, block_size=32)
     assert lm.bos == 267                                             # auto: the config's bos_token_id (Llama)
-    assert analyze.choose_bos(lm, 'none', meta).bos is None
-    assert analyze.choose_bos(lm, 'eot', meta).bos == meta['eot_token']
-    assert analyze.choose_bos(lm, '5', meta).bos == 5
+    assert measure.choose_bos(lm, 'none', meta).bos is None
+    assert measure.choose_bos(lm, 'eot', meta).bos == meta['eot_token']
+    assert measure.choose_bos(lm, '5', meta).bos == 5
     with pytest.raises(ValueError, match='--bos 999'):
-        analyze.choose_bos(lm, '999', meta)
-    idx, _ = next(analyze.val_batches(str(data), 1, 32, 1, analyze.choose_bos(lm, '5', meta).bos))
+        measure.choose_bos(lm, '999', meta)
+    idx, _ = next(measure.val_batches(str(data), 1, 32, 1, measure.choose_bos(lm, '5', meta).bos))
     assert idx[0, 0] == 5
 
 
@@ -370,11 +379,11 @@ def finetune_config(data, out, spec, *overrides):
     args = [os.path.join(ROOT, 'config', 'tiny_cpu.py'), f'--dataset={data}', f'--out_dir={out}', f'--init_from=hf:{spec}',
             '--block_size=32', '--batch_size=4', '--eval_tokens=512', '--log_interval=1', '--warmup_iters=0',
             '--max_iters=2', '--eval_interval=100', '--compile=False', *overrides]
-    return load_config(train.DEFAULTS, list(args), train.CHOICES)
+    return load_config(train_config.DEFAULTS, list(args), train_config.CHOICES)
 
 
 def test_train_init_from_hf_starts_from_the_public_weights_and_resumes(tiny_public, tmp_path):
-    data = str(prepare_c4.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=400))
+    data = str(dataset.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=400))
     public = GPT.from_hf(tiny_public, block_size=32)
     out = str(tmp_path / 'same')
     cfg = finetune_config(data, out, tiny_public, '--learning_rate=0.0', '--min_lr=0.0', '--attn=softmax1')
@@ -388,18 +397,18 @@ def test_train_init_from_hf_starts_from_the_public_weights_and_resumes(tiny_publ
     again = train.train(finetune_config(data, out, tiny_public, '--optimizer=orthoadam', '--learning_rate=1e-3',
                                         '--max_iters=4'))                     # the same command resumes
     assert first['iter'] == 2 and again['iter'] == 4 and math.isfinite(again['val_loss'])
-    lm = analyze.load_model(out)
-    assert lm.data == data and lm.tokenizer['probe'] == prepare_c4.load_meta(data)['tokenizer_info']['probe']
-    wrong = str(prepare_c4.prepare_offline(tmp_path / 'bytes', 'bytes', max_docs=400))
-    with pytest.raises(train.TrainingError, match=f'--tokenizer hf:{tiny_public}'):
+    lm = runs.load_model(out)
+    assert lm.data == data and lm.tokenizer['probe'] == dataset.load_meta(data)['tokenizer_info']['probe']
+    wrong = str(dataset.prepare_offline(tmp_path / 'bytes', 'bytes', max_docs=400))
+    with pytest.raises(train_config.TrainingError, match=f'--tokenizer hf:{tiny_public}'):
         train.train(finetune_config(wrong, str(tmp_path / 'w'), tiny_public))
-    with pytest.raises(train.TrainingError, match="'init_from' must be one of"):
+    with pytest.raises(train_config.TrainingError, match="'init_from' must be one of"):
         train.train(finetune_config(data, str(tmp_path / 'x'), tiny_public, '--init_from=hf:'))
 
 
 def test_orthoadam_keeps_the_vocabulary_axis_of_an_untied_head():
     m = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64, tie_embeddings=False))
-    opt = train.configure_optimizer(m, dict(train.DEFAULTS, optimizer='orthoadam', n_embd=16), 'cpu')
+    opt = optimizers.configure_optimizer(m, dict(train_config.DEFAULTS, optimizer='orthoadam', n_embd=16), 'cpu')
     skip = [g for g in opt.param_groups if g.get('skip_axes') == (0,)]
     assert len(skip) == 1 and sorted(skip[0]['param_names']) == ['lm_head.weight', 'transformer.wte.weight']
 
@@ -409,11 +418,11 @@ def test_cli_defaults_data_hints_and_eval_quant_on_a_public_model(tiny_public, t
     with pytest.raises(SystemExit) as e:              # no data: the command that makes it, in the model's vocabulary
         analyze.main(['--init_from', tiny_public, '--data', str(tmp_path / 'nowhere')])
     assert f'--tokenizer hf:{tiny_public} --out_dir {tmp_path / "nowhere"}' in str(e.value)
-    data = str(prepare_c4.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=120))
+    data = str(dataset.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=120))
     eval_quant.main(['--init_from', tiny_public, '--data', data, '--schemes', 'absmax4', '--bos', 'eot',
                      '--block_size', '32', '--json', str(tmp_path / 'q.json')])
     run = json.loads((tmp_path / 'q.json').read_text())['models'][0]
-    assert run['data']['bos'] == prepare_c4.load_meta(data)['eot_token'] and run['ppl']['absmax4'] > 0
+    assert run['data']['bos'] == dataset.load_meta(data)['eot_token'] and run['ppl']['absmax4'] > 0
     # our checkpoints measure, by default, the data they were trained on
     from test_analyze import write_checkpoint
     ckpt = write_checkpoint(str(tmp_path / 'run'))
@@ -440,8 +449,8 @@ def test_gguf_without_its_packages_is_a_one_line_error(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match='not found'):
         model_module.load_hf(str(tmp_path / 'missing.gguf'))
     monkeypatch.setitem(__import__('sys').modules, 'gguf', None)
-    with pytest.raises(prepare_c4.PrepareError, match='needs the gguf package: pip install gguf'):
-        prepare_c4.load_tokenizer(f'hf:{path}')
+    with pytest.raises(fileio.PrepareError, match='needs the gguf package: pip install gguf'):
+        tokenizer_lib.load_tokenizer(f'hf:{path}')
 
 
 def test_reproduce_still_matches_runs_saved_before_the_new_model_keys():

@@ -15,6 +15,10 @@ import torch.nn.functional as F
 import analyze
 import prepare_c4
 from model import GPT, load_hf
+import dataset
+import measure
+import runs
+import tokenizer as tokenizer_lib
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -41,9 +45,9 @@ def smol(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # 20-token forward passes: a second thread only waits (and on a busy machine, long)
     hf = load_hf(path)
-    tok = prepare_c4.load_tokenizer(f'hf:{path}')
+    tok = tokenizer_lib.load_tokenizer(f'hf:{path}')
     data = tmp_path_factory.mktemp('smol') / 'data'
-    prepare_c4.prepare(data, tok, {'test': 'real sentences'}, 'test sentences', 'SENTENCES of test_real_model.py',
+    dataset.prepare(data, tok, {'test': 'real sentences'}, 'test sentences', 'SENTENCES of test_real_model.py',
                        True, lambda split: SENTENCES, {'train': (None, None), 'val': (None, None)})
     yield path, hf, tok, str(data)
     torch.set_num_threads(threads)
@@ -79,9 +83,9 @@ def test_from_hf_logits_match_transformers_on_real_sentences(smol):
 def test_analysis_matches_a_direct_computation_and_through_from_hf(smol):
     from test_analyze import direct_metrics
     path, hf, tok, data = smol
-    lm = analyze.wrap_hf(hf, path, block_size=64, tokenizer=tok.record())
+    lm = runs.wrap_hf(hf, path, block_size=64, tokenizer=tok.record())
     assert lm.bos == 1                                           # <|im_start|>: the config's bos_token_id
-    result, _ = analyze.analyze(lm, data, None, 4, 'cpu')
+    result, _ = measure.analyze(lm, data, None, 4, 'cpu')
     per_doc, total, count = [], 0.0, 0
     with torch.no_grad():
         for s in SENTENCES:
@@ -100,19 +104,19 @@ def test_analysis_matches_a_direct_computation_and_through_from_hf(smol):
         assert result['per_layer'][k] == pytest.approx(expected[k], rel=1e-4, abs=1e-6), k
     assert result['ppl'] == pytest.approx(math.exp(total / count), rel=1e-5)
     assert result['first_attn_argmax'] > 0.3 and result['kurtosis_first'] > 100    # the phenomena, on 4 sentences
-    ours = analyze.LoadedModel(path, GPT.from_hf(hf, block_size=64), 'ours', 1, 64, 49152, {}, tok.record())
-    same, _ = analyze.analyze(ours, data, None, 4, 'cpu')
+    ours = runs.LoadedModel(path, GPT.from_hf(hf, block_size=64), 'ours', 1, 64, 49152, {}, tok.record())
+    same, _ = measure.analyze(ours, data, None, 4, 'cpu')
     for k in ('ppl', 'first_attn_argmax', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first'):
         assert same[k] == pytest.approx(result[k], rel=1e-3), k
 
 
 def test_data_in_another_vocabulary_is_refused(smol, tmp_path):
     path, hf, tok, _ = smol
-    lm = analyze.wrap_hf(hf, path, block_size=64, tokenizer=tok.record())
-    wrong = prepare_c4.prepare(tmp_path / 'bytes', prepare_c4.load_tokenizer('bytes'), {'test': 1}, 'test', 'bytes',
+    lm = runs.wrap_hf(hf, path, block_size=64, tokenizer=tok.record())
+    wrong = dataset.prepare(tmp_path / 'bytes', tokenizer_lib.load_tokenizer('bytes'), {'test': 1}, 'test', 'bytes',
                                True, lambda split: SENTENCES, {'train': (None, None), 'val': (None, None)})
     with pytest.raises(ValueError, match=f'--tokenizer hf:{path}') as e:
-        analyze.check_data(str(wrong), lm)
+        measure.check_data(str(wrong), lm)
     assert '\n' not in str(e.value)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import reproduce
 from conftest import ROOT
-from prepare_c4 import prepare_bigram_backcopy
+from dataset import prepare_bigram_backcopy
 
 # the paper's words for our config values (Table 5's label columns)
 NORM = {'layernorm': 'LayerNorm', 'rmsnorm': 'RMSNorm-M', 'rmsnorm_single': 'RMSNorm-S'}

@@ -10,6 +10,8 @@ import torch
 
 import train
 from test_faults import SMALL, cli, one_thread, snapshot   # noqa: F401 (one_thread: autouse fixture)
+import optimizers
+import train_config
 
 
 def finished_run(data, out, capsys, *extra):
@@ -24,9 +26,9 @@ def events(out, kind):
 
 
 def test_every_config_key_has_one_resume_policy():
-    sets = (train.RESUME_MAY_CHANGE, train.RESUME_MUST_MATCH, train.RESUME_IGNORED)
-    assert set().union(*sets) == set(train.DEFAULTS)
-    assert sum(map(len, sets)) == len(train.DEFAULTS)
+    sets = (train_config.RESUME_MAY_CHANGE, train_config.RESUME_MUST_MATCH, train_config.RESUME_IGNORED)
+    assert set().union(*sets) == set(train_config.DEFAULTS)
+    assert sum(map(len, sets)) == len(train_config.DEFAULTS)
 
 
 @pytest.mark.parametrize('optimizer,changes', [
@@ -49,7 +51,7 @@ def test_resume_runs_and_records_changed_optimizer_hyperparameters(bigram_data, 
     from model import GPT, GPTConfig
     cfg = dict(ckpt['config'], **new)
     groups = lambda sd: sd['muon']['param_groups'] + sd['adamw']['param_groups'] if 'muon' in sd else sd['param_groups']
-    reference = groups(train.configure_optimizer(GPT(GPTConfig(**ckpt['model_args'])), cfg, 'cpu').state_dict())
+    reference = groups(optimizers.configure_optimizer(GPT(GPTConfig(**ckpt['model_args'])), cfg, 'cpu').state_dict())
     assert len(groups(ckpt['optimizer'])) == len(reference)
     for got, want in zip(groups(ckpt['optimizer']), reference):
         for k in set(want) - {'params', 'lr', 'initial_lr'}:

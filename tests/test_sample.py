@@ -16,6 +16,9 @@ from model import GPT
 from test_kv_cache import sharp
 from test_model import MODEL_VARIANTS, tiny
 from test_train import config
+import dataset
+import runs
+import tokenizer as tokenizer_lib
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -62,7 +65,7 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy():
 def trained(tmp_path_factory):
     """A 6-step train.py run on text in the bytes tokenizer: its checkpoint records that tokenizer."""
     root = tmp_path_factory.mktemp('sample')
-    data = prepare_c4.prepare(root / 'data', prepare_c4.load_tokenizer('bytes'), {'test': 'sample.py'}, 'test',
+    data = dataset.prepare(root / 'data', tokenizer_lib.load_tokenizer('bytes'), {'test': 'sample.py'}, 'test',
                               'TEXTS of test_sample.py', True, lambda split: TEXTS,
                               {'train': (None, None), 'val': (None, None)})
     train.train(config(str(data), str(root / 'out'), '--block_size=16', '--n_layer=1'))
@@ -74,7 +77,7 @@ def run(*args):
 
 
 def test_command_line_samples_from_a_train_py_checkpoint(trained, tmp_path):
-    lm = analyze.load_gpt(trained)
+    lm = runs.load_gpt(trained)
     assert lm.tokenizer['name'] == 'bytes'
     prompt = tmp_path / 'prompt.txt'
     prompt.write_text('The cache')

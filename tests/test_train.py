@@ -14,6 +14,12 @@ import torch
 import train
 from conftest import ROOT, write_dataset
 from configurator import load_config
+import devices
+import measure
+import optimizers
+import runs
+import train_config
+import train_data
 
 
 def config(data, out, *overrides):
@@ -21,7 +27,7 @@ def config(data, out, *overrides):
             '--n_layer=2', '--n_embd=32', '--n_head=2', '--block_size=32', '--batch_size=4',
             '--eval_tokens=2048', '--log_interval=1', '--warmup_iters=2', '--lr_decay_iters=12',
             '--max_iters=6', '--eval_interval=100', *overrides]
-    return load_config(train.DEFAULTS, list(args), train.CHOICES)
+    return load_config(train_config.DEFAULTS, list(args), train_config.CHOICES)
 
 
 def run_cli(*args, env=None, **kw):
@@ -65,7 +71,7 @@ def test_last_probe_equals_analyze_on_the_final_checkpoint(bigram_data, tmp_path
     common = ('--probe_docs=8', '--eval_interval=3', *variant)
     train.train(config(bigram_data, out, *common, '--max_iters=3'))
     train.train(config(bigram_data, out, *common, '--max_iters=6', '--init_from=resume'))
-    _, evals = analyze.read_log(os.path.join(out, 'log.jsonl'))
+    _, evals = runs.read_log(os.path.join(out, 'log.jsonl'))
     assert [(e['iter'], e['tokens']) for e in evals] == [(0, 0), (3, 3 * 4 * 32), (6, 6 * 4 * 32)]   # 4 x 32 per iter
     at3 = [json.loads(line)['probe'] for line in open(os.path.join(out, 'log.jsonl')) if '"eval", "iter": 3,' in line]
     assert len(at3) == 2 and at3[0] == at3[1]          # the same weights before and after the resume
@@ -106,25 +112,25 @@ def test_probe_docs_zero_logs_no_probe(bigram_data, tmp_path):
 
 
 def test_schedule_warmup_cosine_floor():
-    cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110, max_iters=200)
-    assert train.get_lr(0, cfg) == pytest.approx(1 / 11)
-    assert train.get_lr(9, cfg) == pytest.approx(10 / 11)
-    assert train.get_lr(10, cfg) == pytest.approx(1.0)
-    assert train.get_lr(60, cfg) == pytest.approx(0.55)          # half way: min + (max - min) / 2
-    assert train.get_lr(110, cfg) == pytest.approx(0.1)
-    assert train.get_lr(150, cfg) == pytest.approx(0.1)
+    cfg = dict(train_config.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110, max_iters=200)
+    assert optimizers.get_lr(0, cfg) == pytest.approx(1 / 11)
+    assert optimizers.get_lr(9, cfg) == pytest.approx(10 / 11)
+    assert optimizers.get_lr(10, cfg) == pytest.approx(1.0)
+    assert optimizers.get_lr(60, cfg) == pytest.approx(0.55)          # half way: min + (max - min) / 2
+    assert optimizers.get_lr(110, cfg) == pytest.approx(0.1)
+    assert optimizers.get_lr(150, cfg) == pytest.approx(0.1)
 
 
 def test_weight_decay_groups_and_embedding_axis_policy(bigram_data, tmp_path):
     from model import GPT, GPTConfig
     m = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
-    cfg = dict(train.DEFAULTS, optimizer='orthoadam', weight_decay=0.1, n_embd=16)
-    opt = train.configure_optimizer(m, cfg, 'cpu')
+    cfg = dict(train_config.DEFAULTS, optimizer='orthoadam', weight_decay=0.1, n_embd=16)
+    opt = optimizers.configure_optimizer(m, cfg, 'cpu')
     decayed = {n for g in opt.param_groups if g['weight_decay'] > 0 for n in g['param_names']}
     assert decayed == {n for n, p in m.named_parameters() if p.dim() >= 2}
     skip = [g for g in opt.param_groups if g.get('skip_axes') == (0,)]
     assert len(skip) == 1 and skip[0]['param_names'] == ['transformer.wte.weight']
-    opt = train.configure_optimizer(m, dict(cfg, orthoadam_vocab_axis='rotate'), 'cpu')
+    opt = optimizers.configure_optimizer(m, dict(cfg, orthoadam_vocab_axis='rotate'), 'cpu')
     assert not any(g.get('skip_axes') for g in opt.param_groups)
 
 
@@ -133,7 +139,7 @@ def test_eval_is_a_fixed_window_average(bigram_data, tmp_path):
     cfg['vocab_size'] = 64
     from model import GPT, GPTConfig
     torch.manual_seed(0)
-    m = GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS}))
+    m = GPT(GPTConfig(**{k: cfg[k] for k in train_config.MODEL_KEYS}))
     meta = json.load(open(os.path.join(bigram_data, 'meta.json')))
     path = os.path.join(bigram_data, 'val.bin')
     loss, ppl, n = train.evaluate(m, path, meta, cfg, 0, 1, 'cpu', train.contextlib.nullcontext())
@@ -223,7 +229,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(bigram_data, tmp_p
         logits, loss = original(self, idx, targets)
         return logits, (loss * float('nan') if self.training else loss)
     monkeypatch.setattr(train.GPT, 'forward', poisoned)
-    with pytest.raises(train.TrainingError, match='non-finite loss'):
+    with pytest.raises(train_config.TrainingError, match='non-finite loss'):
         train.train(config(bigram_data, out, '--init_from=resume', '--max_iters=12', '--eval_interval=6'))
     after = final_weights(out)
     assert torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num'] == 4
@@ -256,8 +262,8 @@ def test_user_errors_are_one_line(bigram_data, tmp_path):
 def test_ablation_optimisers_from_config(name, momentum, cls):
     from model import GPT, GPTConfig
     m = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
-    cfg = dict(train.DEFAULTS, optimizer=name, momentum=momentum, learning_rate=0.2, beta2=0.99, weight_decay=0.1)
-    opt = train.configure_optimizer(m, cfg, 'cpu')
+    cfg = dict(train_config.DEFAULTS, optimizer=name, momentum=momentum, learning_rate=0.2, beta2=0.99, weight_decay=0.1)
+    opt = optimizers.configure_optimizer(m, cfg, 'cpu')
     assert type(opt) is cls and opt.defaults['lr'] == 0.2
     if name != 'adamw':
         assert opt.defaults['momentum'] == momentum
@@ -287,22 +293,22 @@ def test_document_windows_start_at_eot_and_analysis_prepends_it(bigram_data, tmp
     checkpoint records that token, and analyze.py prepends it to every validation document."""
     import analyze
     cfg = config(bigram_data, str(tmp_path / 'doc'), '--windows=document', '--max_iters=2')
-    meta, paths = train.open_data(cfg)
+    meta, paths = train_data.open_data(cfg)
     cfg_batch = dict(cfg, vocab_size=meta['vocab_size'])
     data = np.fromfile(paths['train'], dtype=meta['dtype'])
     for it in range(3):
-        x, y = train.get_batch(paths['train'], meta, cfg_batch, it, 0, 'cpu')
+        x, y = train_data.get_batch(paths['train'], meta, cfg_batch, it, 0, 'cpu')
         assert (x[:, 0] == meta['eot_token']).all()
         for row_x, row_y in zip(x.numpy(), y.numpy()):       # a real window of the file, targets shifted by one
             hits = [i for i in np.flatnonzero(data == meta['eot_token']) if np.array_equal(data[i:i + 32], row_x)]
             assert hits and np.array_equal(data[hits[0] + 1:hits[0] + 33], row_y)
     train.train(cfg)
-    lm = analyze.load_model(os.path.join(cfg['out_dir'], 'ckpt.pt'))
+    lm = runs.load_model(os.path.join(cfg['out_dir'], 'ckpt.pt'))
     assert lm.bos == meta['eot_token']
-    idx, mask = next(analyze.val_batches(bigram_data, 2, lm.block_size, 2, lm.bos))
+    idx, mask = next(measure.val_batches(bigram_data, 2, lm.block_size, 2, lm.bos))
     assert (idx[:, 0] == meta['eot_token']).all()
     plain = train.train(config(bigram_data, str(tmp_path / 'rand'), '--max_iters=1'))
-    assert analyze.load_model(os.path.join(str(tmp_path / 'rand'), 'ckpt.pt')).bos is None and plain
+    assert runs.load_model(os.path.join(str(tmp_path / 'rand'), 'ckpt.pt')).bos is None and plain
 
 
 def test_muon_takes_the_block_matrices_and_adamw_the_rest():
@@ -311,8 +317,8 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest():
     from model import GPT, GPTConfig
     m = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=64, attn='gated', attn_bias=True,
                       sink_token=True, bias=True))
-    cfg = dict(train.DEFAULTS, optimizer='muon', learning_rate=1e-3, muon_lr=0.02, weight_decay=0.1)
-    opt = train.configure_optimizer(m, cfg, 'cpu')
+    cfg = dict(train_config.DEFAULTS, optimizer='muon', learning_rate=1e-3, muon_lr=0.02, weight_decay=0.1)
+    opt = optimizers.configure_optimizer(m, cfg, 'cpu')
     assert isinstance(opt.muon, torch.optim.Muon) and isinstance(opt.adamw, torch.optim.AdamW)
     muon = {n for g in opt.muon.param_groups for n in g['param_names']}
     adamw = {n for g in opt.adamw.param_groups for n in g['param_names']}
@@ -320,7 +326,7 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest():
                     for w in ('attn.c_attn', 'attn.c_proj', 'attn.c_gate', 'mlp.c_fc', 'mlp.c_proj')}
     assert not muon & adamw and muon | adamw == {n for n, _ in m.named_parameters()}
     assert {'transformer.wte.weight', 'transformer.wpe.weight', 'sink', 'transformer.h.0.attn.bias_k'} <= adamw
-    train.set_lr(opt, 5e-4, cfg)   # the schedule at half the peak: Muon follows in proportion
+    optimizers.set_lr(opt, 5e-4, cfg)   # the schedule at half the peak: Muon follows in proportion
     assert opt.muon.param_groups[0]['lr'] == pytest.approx(0.01) and opt.adamw.param_groups[0]['lr'] == 5e-4
 
 
@@ -356,12 +362,12 @@ def test_out_of_range_values_are_one_line_errors(bigram_data, tmp_path, capsys, 
 
 
 def test_every_numeric_key_has_a_range_and_every_key_a_meaning():
-    numeric = {k for k, v in train.DEFAULTS.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    assert set(train.RANGES) == numeric
-    assert set(train.HELP) == set(train.DEFAULTS) and all(train.HELP.values())
-    for key, spec in train.RANGES.items():   # the defaults lie in their ranges
+    numeric = {k for k, v in train_config.DEFAULTS.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    assert set(train_config.RANGES) == numeric
+    assert set(train_config.HELP) == set(train_config.DEFAULTS) and all(train_config.HELP.values())
+    for key, spec in train_config.RANGES.items():   # the defaults lie in their ranges
         from configurator import in_range
-        assert in_range(train.DEFAULTS[key], spec), key
+        assert in_range(train_config.DEFAULTS[key], spec), key
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the error without a GPU')
@@ -375,9 +381,9 @@ def test_cuda_without_a_gpu_is_one_line(bigram_data, tmp_path, capsys):
 def test_help_lists_every_key_with_default_and_meaning(capsys):
     assert train.main(['--help']) == 0
     out = capsys.readouterr().out
-    for key, default in train.DEFAULTS.items():
+    for key, default in train_config.DEFAULTS.items():
         line = next(x for x in out.splitlines() if x.strip().startswith(f'{key}='))
-        assert f'{key}={default!r}' in line and train.HELP[key] in line
+        assert f'{key}={default!r}' in line and train_config.HELP[key] in line
     import analyze
     import bench
     import eval_quant
@@ -404,11 +410,11 @@ def test_config_keys_table_has_every_key_and_its_default():
         for i, key in enumerate(keys):
             assert key not in seen, f'{key} twice in the table'
             seen[key] = defaults[i] if len(defaults) == len(keys) else None
-    assert set(seen) == set(train.DEFAULTS)
+    assert set(seen) == set(train_config.DEFAULTS)
     import ast
     for key, shown in seen.items():
         if shown is not None and shown != '…':
-            assert ast.literal_eval(shown.strip('`')) == train.DEFAULTS[key], key
+            assert ast.literal_eval(shown.strip('`')) == train_config.DEFAULTS[key], key
 
 
 def test_data_is_checked_once_per_file_identity(tmp_path, monkeypatch):
@@ -416,19 +422,19 @@ def test_data_is_checked_once_per_file_identity(tmp_path, monkeypatch):
     meta = json.load(open(os.path.join(data, 'meta.json')))
     path = os.path.join(data, 'train.bin')
     reads = []
-    real = train.memmap
-    monkeypatch.setattr(train, 'memmap', lambda p, m: reads.append(p) or real(p, m))
-    train.verify_tokens(path, meta, 'train', 64)
-    train.verify_tokens(path, meta, 'train', 64)
+    real = train_data.memmap
+    monkeypatch.setattr(train_data, 'memmap', lambda p, m: reads.append(p) or real(p, m))
+    train_data.verify_tokens(path, meta, 'train', 64)
+    train_data.verify_tokens(path, meta, 'train', 64)
     assert reads == [path]                                     # the second start reads the stamp
     stamp = json.load(open(os.path.join(data, '.verified.json')))['train.bin']
     assert stamp['max_token_id'] == int(np.fromfile(path, dtype=np.uint16).max()) == 63
     os.utime(path, ns=(1, 1))                                  # another file identity: read again
-    train.verify_tokens(path, meta, 'train', 64)
+    train_data.verify_tokens(path, meta, 'train', 64)
     assert reads == [path, path]
     meta['splits']['train']['max_token_id'] = 62               # meta.json no longer describes the file
-    with pytest.raises(train.TrainingError, match='largest token id 63, but meta.json records 62'):
-        train.verify_tokens(path, meta, 'train', 64)
+    with pytest.raises(train_config.TrainingError, match='largest token id 63, but meta.json records 62'):
+        train_data.verify_tokens(path, meta, 'train', 64)
 
 
 def test_ranks_read_disjoint_chunks_of_a_split(tmp_path, monkeypatch):
@@ -440,30 +446,30 @@ def test_ranks_read_disjoint_chunks_of_a_split(tmp_path, monkeypatch):
     ids[1500], ids[2700] = 70, 80                               # chunk 1 (rank 1 of 2) and chunk 2 (rank 0)
     ids.tofile(path)
     meta = json.load(open(os.path.join(data, 'meta.json')))
-    monkeypatch.setattr(train, 'SCAN_CHUNK', 1000)
+    monkeypatch.setattr(train_data, 'SCAN_CHUNK', 1000)
     partial = []
     for rank in (0, 1):
-        partial.append(train.split_max_token(path, meta, 'train', rank, 2)[0])
+        partial.append(train_data.split_max_token(path, meta, 'train', rank, 2)[0])
         if os.path.exists(os.path.join(data, '.verified.json')):   # rank 0 wrote its part: not a real result
             os.remove(os.path.join(data, '.verified.json'))
     assert partial == [80, 70]
-    assert train.split_max_token(path, meta, 'train')[0] == 80
+    assert train_data.split_max_token(path, meta, 'train')[0] == 80
 
 
 def test_more_ranks_than_micro_batches_split_each_micro_batch(bigram_data):
     """rank_share: the ranks' rows of an iteration are exactly the one-process batch, whichever way it is cut."""
     cfg = config(bigram_data, 'unused')
-    meta, paths = train.open_data(cfg)
+    meta, paths = train_data.open_data(cfg)
     cfg['vocab_size'] = meta['vocab_size']
     for accum, world in ((1, 2), (2, 4), (4, 2), (2, 2)):
         cfg.update(gradient_accumulation_steps=accum, batch_size=4)
-        one = [train.get_batch(paths['train'], meta, cfg, 3, m, 'cpu')[0] for m in range(accum)]
-        parts = [train.get_batch(paths['train'], meta, cfg, 3, m, 'cpu', rows)[0]
-                 for rank in range(world) for m, rows in train.rank_share(accum, 4, world, rank)]
+        one = [train_data.get_batch(paths['train'], meta, cfg, 3, m, 'cpu')[0] for m in range(accum)]
+        parts = [train_data.get_batch(paths['train'], meta, cfg, 3, m, 'cpu', rows)[0]
+                 for rank in range(world) for m, rows in devices.rank_share(accum, 4, world, rank)]
         assert torch.equal(torch.cat(one), torch.cat(parts)), (accum, world)
-        assert len({len(train.rank_share(accum, 4, world, r)) for r in range(world)}) == 1
-    with pytest.raises(train.TrainingError, match='cannot share gradient_accumulation_steps=3'):
-        train.rank_share(3, 4, 2, 0)
+        assert len({len(devices.rank_share(accum, 4, world, r)) for r in range(world)}) == 1
+    with pytest.raises(train_config.TrainingError, match='cannot share gradient_accumulation_steps=3'):
+        devices.rank_share(3, 4, 2, 0)
 
 
 def test_tiny_cpu_config_resumes_on_a_second_run(bigram_data, tmp_path, capsys):
@@ -482,7 +488,7 @@ def test_torchrun_tiny_cpu_as_written_on_two_cpu_ranks(bigram_data, tmp_path):
     common = [os.path.join('config', 'tiny_cpu.py'), f'--dataset={bigram_data}', '--max_iters=3', '--eval_tokens=2048',
               '--log_interval=1']
     single, ddp = str(tmp_path / 'single'), str(tmp_path / 'ddp')
-    train.train(load_config(train.DEFAULTS, common + [f'--out_dir={single}'], train.CHOICES))
+    train.train(load_config(train_config.DEFAULTS, common + [f'--out_dir={single}'], train_config.CHOICES))
     r = run_cli('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train.py', *common,
                 f'--out_dir={ddp}', env={'OMP_NUM_THREADS': '1'})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]

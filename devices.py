@@ -1,0 +1,108 @@
+"""Devices and ranks: which --device works here (device_problem, choose_device), torchrun's process group
+(setup_distributed), how the ranks share an iteration (rank_share) and agree (agree, all_reduce, any_rank), and
+the peak FLOP/s used for MFU."""
+import os
+import re
+
+import torch
+import torch.distributed as dist
+
+from train_config import TrainingError
+
+
+# dense bf16 tensor-core peak FLOP/s per device, for MFU (first matching substring wins)
+PEAK_FLOPS = [('H200', 989e12), ('H100 PCIe', 756e12), ('H100', 989e12), ('A100', 312e12),
+              ('L40S', 362e12), ('A10G', 125e12), ('RTX 4090', 165e12), ('V100', 125e12)]
+
+
+def device_problem(device):
+    """Why `device` cannot run here, as one line, or None: 'auto', 'cpu', 'cuda' and 'cuda:N' of an existing GPU
+    are fine (analyze.py and eval_quant.py check their --device with it too)."""
+    if device not in ('auto', 'cpu') and not re.fullmatch(r'cuda(:\d+)?', device):
+        return f"device={device!r} is not 'auto', 'cpu', 'cuda' or 'cuda:N'"
+    if device.startswith('cuda'):
+        if not torch.cuda.is_available():
+            build = 'a CPU-only build' if torch.version.cuda is None else f'built for CUDA {torch.version.cuda}'
+            return (f"device={device!r} but no CUDA GPU is available (torch {torch.__version__} is {build}); "
+                    f"use --device=cpu or --device=auto")
+        index = int(device.partition(':')[2] or 0)
+        if 'RANK' not in os.environ and index >= torch.cuda.device_count():
+            return f"device={device!r} but this machine has {torch.cuda.device_count()} GPU(s)"
+    return None
+
+
+def rank_share(accum, batch_size, world, rank):
+    """This rank's part of one iteration: a list of (global micro-batch index, rows of it). The accumulation
+    is global: with accum a multiple of world, each rank takes accum/world whole micro-batches; with world a
+    multiple of accum, each micro-batch is cut into world/accum equal row blocks, one per rank. Either way
+    the iteration's batch and data are those of one process, and the mean of the ranks' losses is its loss."""
+    if accum % world == 0:
+        n = accum // world
+        return [(rank * n + j, slice(None)) for j in range(n)]
+    split = world // accum
+    if world % accum == 0 and batch_size % split == 0:
+        rows = batch_size // split
+        return [(rank // split, slice(rank % split * rows, (rank % split + 1) * rows))]
+    raise TrainingError(f"{world} ranks cannot share gradient_accumulation_steps={accum} micro-batches of "
+                        f"batch_size={batch_size}: make the accumulation a multiple of {world}, or {world} a multiple "
+                        f"of the accumulation with batch_size divisible by the quotient")
+
+
+def setup_distributed(cfg):
+    """Returns (rank, local_rank, world_size, device, device_type)."""
+    ddp = 'RANK' in os.environ
+    if cfg['device'] == 'auto':
+        cfg['device'] = 'cuda' if torch.cuda.is_available() else 'cpu'
+    if ddp:
+        rank, local_rank, world = int(os.environ['RANK']), int(os.environ['LOCAL_RANK']), int(os.environ['WORLD_SIZE'])
+        if cfg['device'].startswith('cuda'):
+            cfg['device'] = f'cuda:{local_rank}'
+            torch.cuda.set_device(cfg['device'])
+        dist.init_process_group(backend='nccl' if cfg['device'].startswith('cuda') else 'gloo')
+    else:
+        rank, local_rank, world = 0, 0, 1
+    device_type = 'cuda' if cfg['device'].startswith('cuda') else 'cpu'
+    if cfg['dtype'] == 'auto':
+        cfg['dtype'] = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
+    return rank, local_rank, world, cfg['device'], device_type
+
+
+def agree(error):
+    """Collective: if any rank has an error (a TrainingError or None), every rank raises the first one, so
+    that all ranks stop together with one message (printed by rank 0)."""
+    if not dist.is_initialized():
+        if error is not None:
+            raise error
+        return
+    errors = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, None if error is None else str(error))
+    first = next(((r, e) for r, e in enumerate(errors) if e is not None), None)
+    if first is not None:
+        raise TrainingError(first[1] if first[0] == 0 else f"rank {first[0]}: {first[1]}")
+
+
+def all_reduce(t, op=dist.ReduceOp.SUM):
+    if dist.is_initialized():
+        dist.all_reduce(t, op=op)
+    return t
+
+
+def any_rank(flag):
+    """True on every rank when the boolean tensor `flag` is true on any rank."""
+    return bool(all_reduce(flag.to(torch.int32), dist.ReduceOp.MAX).item())
+
+
+def peak_flops(device_type):
+    if device_type != 'cuda':
+        return None
+    name = torch.cuda.get_device_name()
+    return next((flops for key, flops in PEAK_FLOPS if key in name), None)
+
+
+def choose_device(spec):
+    """--device: 'auto' is cuda when there is a GPU, else cpu; a device this machine lacks is a one-line ValueError
+    (train.py's check)."""
+    problem = device_problem(spec)
+    if problem:
+        raise ValueError(problem)
+    return ('cuda' if torch.cuda.is_available() else 'cpu') if spec == 'auto' else spec

@@ -1,0 +1,400 @@
+"""The measurement core of analyze.py (its docstring defines every metric): a model's forward pass with its
+attention maps and hidden states, validation documents in length-sorted batches, perplexity, kurtosis, max |x|,
+norm ratios, first-token attention and sink rate as running sums (Stats), and the optimizer's second moments.
+eval_quant.py, intervene.py, lm_eval_adapter.py, stream_eval.py and train.py's probe measure through it."""
+import math
+import os
+import re
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dataset import iter_documents, load_meta
+from fileio import Progress
+from runs import LoadedModel
+from tables import run_label
+from tokenizer import tokenizer_mismatch
+
+
+ATTN_PLOT_TOKENS = 32    # Fig. 1a shows the first tokens of one document
+HIDDEN_PLOT_TOKENS = 64
+BUCKET_DOCS = 512        # documents read ahead and sorted by length, so that a batch holds similar lengths
+HIDDEN_METRICS = ('kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'norm_ratio_first',
+                  'norm_ratio_rest')
+ATTN_METRICS = ('first_attn_argmax', 'first_attn_mass', 'attn_nowhere')
+SINK_EPS = 0.3           # sink_rate's threshold epsilon, Gu et al. (2024)'s default
+
+
+def choose_bos(lm: LoadedModel, choice: str, meta: dict) -> LoadedModel:
+    """Apply --bos: 'auto' keeps the model's convention (ours: the checkpoint's, Hugging Face: the config's
+    bos_token_id except for GPT-2), 'none' prepends nothing, 'eot' the data's document separator, a number that id."""
+    if choice == 'none':
+        lm.bos = None
+    elif choice == 'eot':
+        lm.bos = meta['eot_token']
+    elif choice != 'auto':
+        if not re.fullmatch(r'\d+', choice) or int(choice) >= lm.vocab_size:
+            raise ValueError(f"--bos {choice}: expected auto, none, eot or a token id below {lm.vocab_size}")
+        lm.bos = int(choice)
+    return lm
+
+
+def hf_blocks(model):
+    base = model.base_model     # GPT2Model keeps its blocks in .h, Llama-style models in .layers
+    return base.h if hasattr(base, 'h') else base.layers
+
+
+@torch.no_grad()
+def forward(lm: LoadedModel, idx: torch.Tensor, analysis: bool = False):
+    """logits (B, T, V); with analysis=True (logits, hidden, attn): per layer the (B, T, C) hidden state after
+    the block and the (B, H, T, T) attention probabilities (over the real tokens: a sink token is left out)."""
+    return forward_trace(lm, idx)[:3] if analysis else forward_trace(lm, idx, analysis=False)
+
+
+@torch.no_grad()
+def forward_trace(lm: LoadedModel, idx: torch.Tensor, analysis: bool = True):
+    """forward(), plus the model's trace['sink'] (per layer the sink's (B, C) hidden state and the (B, H, T)
+    probability each real query puts on it) for ours with sink_token, else None."""
+    if idx.numel() and int(idx.max()) >= lm.vocab_size:
+        raise ValueError(f"token id {int(idx.max())} >= vocab_size {lm.vocab_size} of {lm.name}: "
+                         f"the data was tokenised for another vocabulary")
+    if idx.size(1) > lm.block_size:
+        raise ValueError(f"sequence length {idx.size(1)} exceeds the analysis block size {lm.block_size}")
+    if lm.kind == 'ours':
+        if not analysis:
+            return lm.model(idx)[0]
+        logits, _, trace = lm.model(idx, analysis=True)
+        return logits, trace['hidden'], trace['attn'], trace.get('sink')
+    if not analysis:
+        return lm.model(idx, use_cache=False).logits
+    # hidden_states[-1] of transformers already has the final norm applied: take each block's output instead
+    hidden = []
+    hooks = [b.register_forward_hook(lambda mod, inp, out: hidden.append(out[0] if isinstance(out, tuple) else out))
+             for b in hf_blocks(lm.model)]
+    try:
+        out = lm.model(idx, output_attentions=True, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out.logits, hidden, list(out.attentions), None
+
+
+def val_batches(data_dir: str, max_docs: int | None, block_size: int, batch_size: int,
+                bos: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The first max_docs validation documents (BOS prepended when given; empty ones skipped), truncated to
+    block_size, in batches of similar length: every BUCKET_DOCS documents are sorted by length (longest first,
+    ties in file order) and cut into batches of batch_size, right-padded with 0, so that padding stays small.
+    Yields (idx (B, T) int64, mask (B, T) bool, True = a real token)."""
+    for idx, mask, _ in numbered_batches(data_dir, max_docs, block_size, batch_size, bos):
+        yield idx, mask
+
+
+def numbered_batches(data_dir, max_docs, block_size, batch_size, bos=None):
+    """val_batches, each batch with the list of its rows' document numbers (0 = the first non-empty document)."""
+    window, number = [], 0
+    for doc in iter_documents(data_dir, 'val', max_docs):
+        if len(doc) == 0:
+            continue
+        window.append((number, (np.concatenate(([bos], doc)) if bos is not None else doc)[:block_size]))
+        number += 1
+        if len(window) == BUCKET_DOCS:
+            yield from _buckets(window, batch_size)
+            window = []
+    yield from _buckets(window, batch_size)
+
+
+def _buckets(window, batch_size):
+    window = sorted(window, key=lambda d: len(d[1]), reverse=True)     # stable: equal lengths keep their order
+    for i in range(0, len(window), batch_size):
+        part = window[i:i + batch_size]
+        yield (*_collate([d for _, d in part]), [n for n, _ in part])
+
+
+def _collate(docs):
+    idx = torch.zeros(len(docs), max(map(len, docs)), dtype=torch.long)
+    mask = torch.zeros(idx.shape, dtype=torch.bool)
+    for i, d in enumerate(docs):
+        idx[i, :len(d)], mask[i, :len(d)] = torch.from_numpy(d), True
+    return idx, mask
+
+
+def check_data(data_dir, lm):
+    """meta.json of the data, after checking it was tokenised for this model: the same tokenizer when both record
+    one (ids of a test sentence, tokenizer.tokenizer_mismatch), and token ids within the model's vocabulary."""
+    meta = load_meta(data_dir)
+    problem = tokenizer_mismatch(meta.get('tokenizer_info'), lm.tokenizer)
+    if problem is None and meta['vocab_size'] > lm.vocab_size:
+        problem = (f"it was tokenised with {meta['tokenizer']} (vocab_size {meta['vocab_size']}) but {lm.name} has "
+                   f"vocab_size {lm.vocab_size}: the data was tokenised for another vocabulary")
+    if problem:
+        raise ValueError(f"{data_dir} does not fit {lm.name}: {problem}; make data in its vocabulary with "
+                         f"{prepare_command(lm, meta, data_dir)}")
+    return meta
+
+
+def prepare_command(lm, meta, data_dir):
+    """The prepare_c4.py command that writes the data of `meta` (same source) in the model's vocabulary."""
+    if lm.kind == 'hf':
+        tokenizer = f'hf:{lm.name}'
+    else:
+        tokenizer = (lm.tokenizer or {}).get('name') or '<the tokenizer it was trained with>'
+    args = meta.get('args') or {}
+    source = {'offline': '--source offline', 'bigram_backcopy': '--source bigram_backcopy',
+              'wikitext2': '--source wikitext2'}.get(args.get('source'), '')
+    if args.get('data_files'):
+        source = '--data_files ' + ' '.join(args['data_files'])
+    if args.get('wikitext_dir'):
+        source += f" --wikitext_dir {args['wikitext_dir']}"
+    out = f"{str(data_dir).rstrip('/')}_{run_label(lm.name)}"
+    return ' '.join(x for x in ('python prepare_c4.py', source, f'--tokenizer {tokenizer}', f'--out_dir {out}') if x)
+
+
+def data_or_hint(data_dir, hf_spec=None):
+    """meta.json of data_dir; when it is not prepared data, the error names the command that prepares it (in the
+    vocabulary of the Hugging Face model hf_spec when given)."""
+    try:
+        return load_meta(data_dir)
+    except ValueError:
+        if os.path.exists(os.path.join(data_dir, 'meta.json')):
+            raise
+        tokenizer = f' --tokenizer hf:{hf_spec}' if hf_spec else ''
+        raise ValueError(f"{data_dir} is not a prepared dataset (no meta.json): python prepare_c4.py{tokenizer} "
+                         f"--out_dir {data_dir} (C4 from the hub; add --data_files DIR for local shards), or "
+                         f"python prepare_c4.py --source offline{tokenizer} --out_dir DIR and pass --data DIR") from None
+
+
+def seen_targets(lm: LoadedModel):
+    """Positions whose next token the model can see: t < k - 1 for ours with causal_free_prefix = k (the first k
+    tokens attend to each other), as train.py leaves them out of its loss; 0 for every other model."""
+    return max(getattr(lm.model.config, 'causal_free_prefix', 0) - 1, 0) if lm.kind == 'ours' else 0
+
+
+def nll_sum(logits, idx, mask, skip=0):
+    """(sum of next-token NLL, number of predicted tokens) over positions t >= skip with mask[t] and mask[t+1]."""
+    logits = logits.detach()    # a measurement, not a loss: no graph (float() of a tensor that needs grad warns)
+    pairs = (mask[:, :-1] & mask[:, 1:]).sum(1)    # a row's predicted positions are a prefix (right padding)
+    nll, count = 0.0, 0
+    for b in range(len(idx)):      # one document at a time: its (T, vocab) log-probabilities stay in cache
+        n = int(pairs[b])
+        if n > skip:
+            nll += float(F.cross_entropy(logits[b, skip:n].float(), idx[b, skip + 1:n + 1], reduction='sum'))
+            count += n - skip
+    return nll, count
+
+
+def nll_total(lm: LoadedModel, data_dir, max_docs, batch_size, device, label=None, on_batch=None):
+    """(sum of next-token NLL, predicted tokens, documents) over the validation documents, with progress.
+    on_batch(mask), when given, sees each batch's real-token mask before the forward pass."""
+    meta = check_data(data_dir, lm)
+    total, count, docs = 0.0, 0, 0
+    progress = Progress(label or f"{lm.name} ppl", target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
+    for idx, mask in val_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
+        idx, mask = idx.to(device), mask.to(device)
+        if on_batch is not None:
+            on_batch(mask)
+        s, n = nll_sum(forward(lm, idx), idx, mask, seen_targets(lm))
+        total, count, docs = total + s, count + n, docs + len(idx)
+        progress.update(docs, 0)
+    progress.done()
+    if count == 0:
+        raise ValueError(f"{data_dir}: no document has two tokens, nothing to predict")
+    return total, count, docs
+
+
+def perplexity(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str) -> float:
+    total, count, _ = nll_total(lm, data_dir, max_docs, batch_size, device)
+    mean = total / count
+    return math.exp(mean) if mean < 700 else math.inf    # exp overflows past ~709 nats
+
+
+def hidden_metrics(x):
+    """(kurtosis, norm ratio, max |x|) over the last (feature) axis, in float64, sharing their intermediate
+    tensors: raw kurtosis E_d[(x - mu)^4] / E_d[(x - mu)^2]^2 (a Gaussian gives 3) and ||x||_inf / ||x||_2."""
+    x = x.double()
+    c2 = (x - x.mean(-1, keepdim=True)).square()
+    var, top = c2.mean(-1), x.abs().amax(-1)
+    return (c2 * c2).mean(-1) / (var * var), top / x.norm(dim=-1), top
+
+
+def kurtosis(x):
+    return hidden_metrics(x)[0]
+
+
+def norm_ratio(x):
+    return hidden_metrics(x)[1]
+
+
+def pearson(a, b):
+    """Pearson correlation of two sequences; None when undefined (fewer than 2 points, a constant one, NaN)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if len(a) < 2 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return None
+    a, b = a - a.mean(), b - b.mean()
+    den = math.sqrt((a * a).sum() * (b * b).sum())
+    return float((a * b).sum() / den) if den > 0 else None
+
+
+class Stats:
+    """Running sums of every metric, per layer (attention: per layer and head), and of the NLL."""
+
+    def __init__(self, n_layer, n_head, sink_eps=SINK_EPS):
+        self.sums = {k: torch.zeros(n_layer, dtype=torch.float64) for k in HIDDEN_METRICS}
+        self.sums.update({k: torch.zeros(n_layer, n_head, dtype=torch.float64) for k in ATTN_METRICS + ('sink_rate',)})
+        self.sink_eps = sink_eps
+        self.n_first = self.n_rest = self.n_docs_rest = 0
+        self.nll, self.n_predicted = 0.0, 0
+
+    def update(self, hidden, attn, mask, sink=None):
+        if sink is not None:
+            self.update_sink(sink, attn, mask)
+        first = mask[:, 0]
+        rest = mask.clone()
+        rest[:, 0] = False
+        has_rest = rest.any(1)
+        self.n_first += int(first.sum())
+        self.n_rest += int(rest.sum())
+        self.n_docs_rest += int(has_rest.sum())
+        s = self.sums
+        for m, h in enumerate(hidden):
+            k, r, a = hidden_metrics(h)                                            # (B, T) each
+            s['kurtosis_first'][m] += k[:, 0][first].sum().cpu()
+            s['kurtosis_rest'][m] += k[rest].sum().cpu()
+            s['norm_ratio_first'][m] += r[:, 0][first].sum().cpu()
+            s['norm_ratio_rest'][m] += r[rest].sum().cpu()
+            s['max_abs_first'][m] += a[:, 0][first].sum().cpu()
+            s['max_abs_rest'][m] += a.masked_fill(~rest, 0).amax(1)[has_rest].sum().cpu()
+        q = rest[:, None, :]                                                     # queries > 0, (B, 1, T)
+        n_tokens = mask.sum(1, keepdim=True).clamp_min(1)                        # (B, 1)
+        for m, p in enumerate(attn):
+            s['first_attn_argmax'][m] += ((p.argmax(-1) == 0) & q).sum((0, 2)).cpu()
+            s['first_attn_mass'][m] += torch.where(q, p[..., 0].double(), 0).sum((0, 2)).cpu()
+            s['attn_nowhere'][m] += torch.where(q, (1 - p.sum(-1, dtype=torch.float64)).clamp_min(0), 0).sum((0, 2)).cpu()
+            alpha = torch.where(mask[:, None, :], p[..., 0].double(), 0).sum(2) / n_tokens    # (B, H), every query
+            s['sink_rate'][m] += ((alpha > self.sink_eps) & first[:, None]).sum(0).cpu()
+
+    def update_sink(self, sink, attn, mask):
+        """The sink token's own numbers: its hidden state (one per document) and the attention it gets."""
+        s, n_head = self.sums, sink['attn'][0].size(1)
+        if 'sink_kurtosis' not in s:
+            s.update({k: torch.zeros(len(sink['hidden']), dtype=torch.float64) for k in ('sink_kurtosis', 'sink_max_abs')})
+            s.update({k: torch.zeros(len(sink['hidden']), n_head, dtype=torch.float64)
+                      for k in ('sink_attn_mass', 'sink_attn_argmax')})
+            self.n_sink_docs = self.n_sink_queries = 0
+        docs, q = mask.any(1), mask[:, None, :]                                  # real queries, (B, 1, T)
+        self.n_sink_docs += int(docs.sum())
+        self.n_sink_queries += int(mask.sum())
+        for m, h in enumerate(sink['hidden']):
+            k, _, a = hidden_metrics(h)
+            s['sink_kurtosis'][m] += k[docs].sum().cpu()
+            s['sink_max_abs'][m] += a[docs].sum().cpu()
+        for m, (p, a) in enumerate(zip(sink['attn'], attn)):
+            s['sink_attn_mass'][m] += torch.where(q, p.double(), 0).sum((0, 2)).cpu()
+            s['sink_attn_argmax'][m] += ((p >= a.amax(-1)) & q).sum((0, 2)).cpu()
+
+    def result(self):
+        """Summary numbers, per-layer lists and per-head lists (NaN where nothing was counted)."""
+        def div(x, n):
+            return (x / n) if n else torch.full_like(x, math.nan)
+        count = dict(kurtosis_first=self.n_first, norm_ratio_first=self.n_first, max_abs_first=self.n_first,
+                     kurtosis_rest=self.n_rest, norm_ratio_rest=self.n_rest, max_abs_rest=self.n_docs_rest)
+        per_head = {k: div(self.sums[k], self.n_rest) for k in ATTN_METRICS}
+        per_head['sink_rate'] = div(self.sums['sink_rate'], self.n_first)
+        per_layer = {k: div(self.sums[k], count[k]) for k in HIDDEN_METRICS}
+        per_layer.update({k: v.mean(1) for k, v in per_head.items()})
+        out = {'ppl': math.exp(self.nll / self.n_predicted) if self.n_predicted else math.nan}
+        out.update({k: v.mean().item() for k, v in per_layer.items()})
+        for pos in ('first', 'rest'):
+            out[f'kurtosis_norm_ratio_corr_{pos}'] = pearson(per_layer[f'kurtosis_{pos}'],
+                                                             per_layer[f'norm_ratio_{pos}'])
+        out['sink_eps'] = self.sink_eps
+        out['per_layer'] = {k: v.tolist() for k, v in per_layer.items()}
+        out['per_head'] = {k: v.tolist() for k, v in per_head.items()}
+        if 'sink_kurtosis' in self.sums:
+            sink_layer = {k: div(self.sums[k], self.n_sink_docs) for k in ('sink_kurtosis', 'sink_max_abs')}
+            sink_head = {k: div(self.sums[k], self.n_sink_queries) for k in ('sink_attn_mass', 'sink_attn_argmax')}
+            sink_layer.update({k: v.mean(1) for k, v in sink_head.items()})
+            out.update({k: v.mean().item() for k, v in sink_layer.items()})
+            out['per_layer'].update({k: v.tolist() for k, v in sink_layer.items()})
+            out['per_head'].update({k: v.tolist() for k, v in sink_head.items()})
+        return out
+
+
+def example_sequence(hidden, attn, mask, row=0):
+    """Plot data from one document (row) of a batch: attention averaged over heads, per layer (attn_layers) and
+    over layers too (attn), first ATTN_PLOT_TOKENS tokens; |hidden state| per layer (hidden_layers) and averaged
+    over layers (hidden), first HIDDEN_PLOT_TOKENS tokens."""
+    n = int(mask[row].sum())
+    ta, th = min(n, ATTN_PLOT_TOKENS), min(n, HIDDEN_PLOT_TOKENS)
+    attn_layers = torch.stack([p[row, :, :ta, :ta].float().mean(0) for p in attn]).cpu().numpy()
+    hidden_layers = torch.stack([h[row, :th].float().abs() for h in hidden]).cpu().numpy()
+    return {'attn': attn_layers.mean(0), 'hidden': hidden_layers.mean(0), 'attn_layers': attn_layers,
+            'hidden_layers': hidden_layers}
+
+
+def default_batch_size(device):
+    """Documents per forward pass when --batch_size is not given: 8 on CUDA, 1 on CPU (measured fastest there)."""
+    return 8 if device.startswith('cuda') else 1
+
+
+def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str, quiet=False,
+            sink_eps=SINK_EPS, on_batch=None):
+    """(JSON-ready result dict, plot data of the first document) for one model; quiet: no progress lines.
+    on_batch(mask), when given, sees each batch's real-token mask before the forward pass."""
+    meta = check_data(data_dir, lm)
+    stats, example, docs = None, None, 0
+    progress = Progress(run_label(lm.name), target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
+    for idx, mask, numbers in numbered_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
+        idx, mask = idx.to(device), mask.to(device)
+        if on_batch is not None:
+            on_batch(mask)
+        logits, hidden, attn, sink = forward_trace(lm, idx)
+        stats = stats or Stats(len(hidden), attn[0].size(1), sink_eps)
+        stats.update(hidden, attn, mask, sink)
+        s, n = nll_sum(logits, idx, mask, seen_targets(lm))
+        stats.nll, stats.n_predicted = stats.nll + s, stats.n_predicted + n
+        if 0 in numbers:                                   # the plots show the first document
+            example = example_sequence(hidden, attn, mask, numbers.index(0))
+        del logits, hidden, attn, sink
+        docs += len(idx)
+        if not quiet:
+            progress.update(docs, 0)
+    if stats is None:
+        raise ValueError(f"{data_dir}: the val split has no documents")
+    if not quiet:
+        progress.done()
+    data = dict(dir=data_dir, split='val', tokenizer=meta['tokenizer'], source=meta.get('source'),
+                stand_in_for_c4=meta.get('stand_in_for_c4'), max_docs=max_docs, documents=stats.n_first,
+                positions=stats.n_first + stats.n_rest, predicted_tokens=stats.n_predicted,
+                block_size=lm.block_size, bos=lm.bos)
+    return dict(model=lm.name, kind=lm.kind, config=lm.config, data=data, **stats.result()), example
+
+
+def optimizer_basis(lm: LoadedModel):
+    """Appendix E, per layer: the norm of each output feature (row) of the MLP output weight and the sum of the
+    optimizer's second moments over that row (None without optimizer state). Returns (norms, moments, note)."""
+    if lm.kind == 'ours':
+        weights = [b.mlp.c_proj.weight for b in lm.model.transformer.h]
+    else:   # GPT-2's Conv1D stores (in, out): transpose to (out, in) like nn.Linear
+        weights = [b.mlp.down_proj.weight if hasattr(b.mlp, 'down_proj') else
+                   b.mlp.c_proj.weight.T if type(b.mlp.c_proj).__name__ == 'Conv1D' else b.mlp.c_proj.weight
+                   for b in hf_blocks(lm.model)]
+    norms = [w.detach().float().norm(dim=1).cpu().numpy() for w in weights]
+    moments, note = [None] * len(weights), 'no optimizer state (public weights)'
+    if lm.kind == 'ours':
+        ckpt = torch.load(lm.name if lm.name.endswith('.pt') else os.path.join(lm.name, 'ckpt.pt'),
+                          map_location='cpu', weights_only=False)
+        opt, name = ckpt.get('optimizer') or {}, (ckpt.get('config') or {}).get('optimizer', '?')
+        ids = {re.sub(r'^(module\.|_orig_mod\.)+', '', n): i                   # DDP / torch.compile prefixes
+               for g in opt.get('param_groups', []) for n, i in zip(g.get('param_names', []), g['params'])}
+        rotated = False
+        for m in range(len(weights)):
+            state = opt.get('state', {}).get(ids.get(f'transformer.h.{m}.mlp.c_proj.weight'), {})
+            v = state.get('exp_avg_sq', state.get('square_avg'))    # Adam-like / RMSProp
+            moments[m] = None if v is None else v.float().sum(1).numpy()
+            rotated |= 0 in tuple(state.get('rotated_axes', ()))
+        note = (f'optimizer {name}: its rotated basis (row d is not feature d)' if rotated else
+                f'optimizer {name}: model basis (row d = feature d)' if any(v is not None for v in moments) else
+                f'optimizer {name}: no second moments in its state')
+    return norms, moments, note

@@ -1,0 +1,199 @@
+"""The figures analyze.py draws (Fig. 1, Appendices E, I, J, K, L and the probe trajectories), each from measured
+results; matplotlib is imported only when a figure is drawn."""
+import math
+
+import numpy as np
+
+from runs import read_log
+from tables import run_label
+
+
+TOP_CHANNELS = 12
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path):
+    fig.savefig(path, dpi=100, bbox_inches='tight')
+    _pyplot().close(fig)
+    return path
+
+
+def plot_attention_maps(runs, path):
+    """Fig. 1a: attention averaged over all heads and layers, first document."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.6 * len(runs), 4.2), squeeze=False, layout='constrained')
+    for ax, (label, ex) in zip(axes[0], runs):
+        im = ax.imshow(ex['attn'], cmap='viridis', vmin=0)
+        ax.set(title=f"{label}\nmean over heads and layers", xlabel='key position', ylabel='query position')
+        fig.colorbar(im, ax=ax)
+    fig.suptitle('Attention map of the first validation document (key 0 = first token)')
+    return _save(fig, path)
+
+
+def plot_hidden_states(runs, path):
+    """Fig. 1b: |hidden state| (mean over layers) of the largest channels across positions, log colour scale."""
+    plt = _pyplot()
+    from matplotlib.colors import LogNorm
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.2), squeeze=False, layout='constrained')
+    for ax, (label, ex) in zip(axes[0], runs):
+        h = ex['hidden']                                      # (T, C)
+        top = np.argsort(-h.max(0))[:TOP_CHANNELS]
+        others = np.delete(h, top, axis=1)
+        img = np.concatenate([h[:, top].T, np.median(others, axis=1)[None]]) if others.size else h[:, top].T
+        norm = LogNorm(vmin=max(np.percentile(img, 5), img.max() * 1e-4, 1e-12), vmax=max(img.max(), 1e-11))
+        im = ax.imshow(img, aspect='auto', cmap='magma', interpolation='nearest', norm=norm)
+        ax.set_yticks(range(len(img)), [f'ch {c}' for c in top] + (['median of others'] if others.size else []))
+        ax.set(title=f'{label}: top {len(top)} channels', xlabel='token position')
+        fig.colorbar(im, ax=ax, label='|activation| (log scale)')
+    fig.suptitle('|Hidden state| averaged over layers, first validation document')
+    return _save(fig, path)
+
+
+def layer_panels(n_layer):
+    """Appendix J/K's panels: the mean over layers, the first layer, and the layers at 1/4 and 3/4 of the depth."""
+    picks = dict.fromkeys([0, n_layer // 4, (3 * n_layer) // 4])
+    return [('mean over layers', None)] + [(f'layer {m + 1}', m) for m in picks]
+
+
+def plot_attention_layers(runs, path):
+    """Appendix K: attention of the first document averaged over heads, per selected layer (one row per model)."""
+    plt = _pyplot()
+    cols = max(len(layer_panels(len(ex['attn_layers']))) for _, ex in runs)
+    fig, axes = plt.subplots(len(runs), cols, figsize=(3.6 * cols, 3.4 * len(runs)), squeeze=False, layout='constrained')
+    for row, (label, ex) in zip(axes, runs):
+        for ax, (title, m) in zip(row, layer_panels(len(ex['attn_layers']))):
+            im = ax.imshow(ex['attn'] if m is None else ex['attn_layers'][m], cmap='viridis', vmin=0)
+            ax.set(title=title, xlabel='key', ylabel=f'{label}\nquery' if m is None else 'query')
+            fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.suptitle('Attention maps of the first validation document, mean over heads (key 0 = first token)')
+    return _save(fig, path)
+
+
+def plot_hidden_layers(runs, path):
+    """Appendix J: |hidden state| of the first document in the channels holding the largest activations, for the
+    mean over layers and selected layers (one row per model), log colour scale."""
+    plt = _pyplot()
+    from matplotlib.colors import LogNorm
+    cols = max(len(layer_panels(len(ex['hidden_layers']))) for _, ex in runs)
+    fig, axes = plt.subplots(len(runs), cols, figsize=(4.2 * cols, 3.4 * len(runs)), squeeze=False, layout='constrained')
+    for row, (label, ex) in zip(axes, runs):
+        for ax, (title, m) in zip(row, layer_panels(len(ex['hidden_layers']))):
+            h = ex['hidden'] if m is None else ex['hidden_layers'][m]                   # (T, C)
+            top = np.argsort(-h.max(0))[:TOP_CHANNELS]
+            img = h[:, top].T
+            norm = LogNorm(vmin=max(img.max() * 1e-4, 1e-12), vmax=max(img.max(), 1e-11))
+            im = ax.imshow(img, aspect='auto', cmap='magma', interpolation='nearest', norm=norm)
+            ax.set_yticks(range(len(top)), [f'ch {c}' for c in top], fontsize=7)
+            ax.set(title=title, xlabel='token position')
+            if m is None:
+                ax.set_ylabel(label)
+            fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.suptitle(f'|Hidden state| of the first validation document, the {TOP_CHANNELS} channels with the largest values')
+    return _save(fig, path)
+
+
+def _log_scale_if_wide(ax, values):
+    """A log y-axis when the values (None = missing) are positive and span more than a factor of 10."""
+    values = np.array([math.nan if v is None else v for v in values], dtype=float)
+    if np.isfinite(values).any() and np.nanmin(values) > 0 and np.nanmax(values) > 10 * np.nanmin(values):
+        ax.set_yscale('log')
+
+
+def plot_layer_progression(results, path):
+    """Appendix I: per-layer metrics against the layer index normalised to [0, 1]."""
+    plt = _pyplot()
+    panels = [('first_attn_argmax', 'first_attn_mass', 'first-token attention', False, 'argmax share', 'mass'),
+              ('kurtosis_first', 'kurtosis_rest', 'kurtosis (raw, Gaussian 3)', True, 'first token', 'other tokens'),
+              ('norm_ratio_first', 'norm_ratio_rest', 'ℓ∞ / ℓ2 norm ratio', False, 'first token', 'other tokens'),
+              ('max_abs_first', 'max_abs_rest', 'max |activation|', True, 'first token', 'other tokens')]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, (solid, dashed, title, log, l1, l2) in zip(axes.flat, panels):
+        for i, r in enumerate(results):
+            y1, y2 = (np.array(r['per_layer'][k], dtype=float) for k in (solid, dashed))
+            x = np.linspace(0, 1, len(y1)) if len(y1) > 1 else np.zeros(1)
+            ax.plot(x, y1, '-o', color=f'C{i}', ms=3, label=run_label(r['model']))
+            ax.plot(x, y2, '--', color=f'C{i}', alpha=0.6)
+        ax.set(title=f'{title} (solid: {l1}, dashed: {l2})', xlabel='layer index (normalised)')
+        if log:
+            _log_scale_if_wide(ax, [v for r in results for k in (solid, dashed) for v in r['per_layer'][k]])
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_training_curves(runs, path):
+    """Appendix L: training loss and validation loss against iterations, from each run's log.jsonl."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, log) in enumerate(runs):
+        train, val = read_log(log)
+        ax.plot([e['iter'] for e in train], [e['loss'] for e in train], '-', color=f'C{i}', label=f'{label} train')
+        ax.plot([e['iter'] for e in val], [e['val_loss'] for e in val], 'o--', color=f'C{i}', ms=4,
+                label=f'{label} val')
+    ax.set(xlabel='iteration', ylabel='loss (nats/token)', title='Training curves (log.jsonl)')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_trajectories(runs, path):
+    """Outlier dynamics: the probe of every evaluation (train.py's probe_docs, in each run's log.jsonl) against
+    the tokens seen, one colour per run: kurtosis and max |activation| of the first token (solid) and of the
+    other tokens (dashed), first-token attention (argmax share solid, mass dashed). A log y-axis where a panel's
+    values span more than a factor of 10. Runs without probes are left out; returns None when none has one."""
+    plt = _pyplot()
+    from matplotlib.ticker import EngFormatter
+    curves = [(label, [e for e in read_log(log)[1] if e.get('probe')]) for label, log in runs]
+    curves = [(label, evals) for label, evals in curves if evals]
+    if not curves:
+        return None
+    panels = [('kurtosis_first', 'kurtosis_rest', 'kurtosis (raw, Gaussian 3)', 'first token', 'other tokens'),
+              ('max_abs_first', 'max_abs_rest', 'max |activation|', 'first token', 'other tokens'),
+              ('first_attn_argmax', 'first_attn_mass', 'first-token attention', 'argmax share', 'mass')]
+    colors = [f'C{i}' for i in range(10)] if len(curves) <= 10 else list(plt.cm.tab20.colors)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.6), layout='constrained')
+    for ax, (solid, dashed, title, l1, l2) in zip(axes, panels):
+        for i, (label, evals) in enumerate(curves):
+            x = [e['tokens'] for e in evals]
+            y1, y2 = ([math.nan if e['probe'].get(k) is None else e['probe'][k] for e in evals] for k in (solid, dashed))
+            color = colors[i % len(colors)]
+            ax.plot(x, y1, '-o', color=color, ms=3, label=label)
+            ax.plot(x, y2, '--', color=color, alpha=0.6)
+        ax.set(title=f'{title}\n(solid: {l1}, dashed: {l2})', xlabel='tokens seen')
+        ax.xaxis.set_major_formatter(EngFormatter())
+        _log_scale_if_wide(ax, [e['probe'].get(k) for _, evals in curves for e in evals for k in (solid, dashed)])
+        ax.grid(alpha=0.3)
+    docs = sorted({e['probe'].get('documents') for _, evals in curves for e in evals} - {None})
+    fig.suptitle('Outlier dynamics during training: the probe at every evaluation '
+                 f"({'/'.join(map(str, docs)) or 'the first'} validation documents, E_m = mean over layers)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc='outside right upper', fontsize=8)
+    return _save(fig, path)
+
+
+def plot_optimizer_basis(runs, path):
+    """Appendix E: per layer, MLP output-feature weight norms (left) and second-moment sums (right)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(runs), 2, figsize=(12, 3.6 * len(runs)), squeeze=False)
+    for (left, right), (label, (norms, moments, note)) in zip(axes, runs):
+        colors = plt.cm.viridis(np.linspace(0, 0.9, len(norms)))
+        for m, (w, v) in enumerate(zip(norms, moments)):
+            left.plot(w, color=colors[m], lw=0.8, label=f'layer {m + 1}')
+            if v is not None:
+                right.plot(v, color=colors[m], lw=0.8, label=f'layer {m + 1}')
+        left.set(title=f'{label}: ‖W_out[d, :]‖ of the MLP output weight', xlabel='output feature d', ylabel='norm')
+        right.set(title=f'{label}: Σ second moments over row d\n{note}', xlabel='row d of the state',
+                  ylabel='sum of v')
+        if any(v is not None for v in moments):
+            right.set_yscale('log')
+        else:
+            right.text(0.5, 0.5, 'no second moments', ha='center', transform=right.transAxes)
+        left.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return _save(fig, path)

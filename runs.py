@@ -1,0 +1,299 @@
+"""A run folder (train.py's out_dir) and the models in it: the file names (ckpt.pt, best.pt, log.jsonl,
+config.json), the lock, atomic checkpoint saves that leave the last good checkpoint intact on a full disk, reading
+checkpoints and log.jsonl back, and loading a model for measurement (load_model: a checkpoint, a Hugging Face
+model or a GGUF file) with the dataset it was trained on."""
+import glob
+import json
+import os
+import socket
+import sys
+from dataclasses import asdict, dataclass, fields
+
+import torch
+
+try:
+    import fcntl     # the out_dir lock (lock_out_dir); POSIX only
+except ImportError:  # Windows: runs go unlocked, with a warning
+    fcntl = None
+
+from dataset import load_meta, resolve_dataset
+from fileio import PrepareError
+from model import GPT, GPTConfig, load_hf
+from tokenizer import load_tokenizer
+from train_config import TrainingError
+
+
+def check_out_dir(out_dir):
+    """Before anything is read or written: out_dir, or the nearest folder above it that exists (where it will be
+    made), is a folder this process may write to. claim_out_dir catches what this cannot see (e.g. root on a
+    read-only folder)."""
+    existing = os.path.abspath(out_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise TrainingError(f"out_dir={out_dir!r}: {existing} is a file, not a folder; choose another --out_dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise TrainingError(f"cannot write to out_dir={out_dir!r} ({existing}: no write permission for this user); "
+                            f"choose a writable --out_dir")
+
+
+def lock_out_dir(out_dir):
+    """Hold an exclusive flock on out_dir/.lock for the life of the run; the file names the holder. The
+    kernel releases it when the process ends, however it ends, so a killed run never blocks the next. Without
+    fcntl (Windows) the file is written but nothing is locked: one warning line, and two runs on one out_dir
+    are not refused."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, '.lock')
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if fcntl is None:
+        print(f"warning: no fcntl on this platform: {out_dir} is not locked; do not start a second run on it "
+              f"while this one runs", file=sys.stderr)
+    else:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 256, 0).decode(errors='replace').strip() or 'an unknown process'
+            os.close(fd)
+            raise TrainingError(f"{out_dir} is in use by another run ({holder}, see {path}); wait for it to end or "
+                                f"stop it, or choose another --out_dir") from None
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    return fd
+
+
+def remove_leftovers(out_dir):
+    """Temporary files of a save that was killed before its rename (only called with the lock held)."""
+    for path in sorted(glob.glob(os.path.join(out_dir, '*.tmp'))):
+        os.remove(path)
+        print(f"removed {path}, left by an interrupted save")
+
+
+def file_state(path):
+    """(inode, size, mtime) of a file, None if absent: whether out_dir changed between two moments."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def rng_state(device_type):
+    return {'torch': torch.get_rng_state(), 'cuda': torch.cuda.get_rng_state() if device_type == 'cuda' else None}
+
+
+def fsync_dir(path):
+    """fsync the folder of path, so that a rename into it survives a crash. Windows cannot open a folder (nor needs
+    this for a rename to last): there it is skipped."""
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except PermissionError:   # Windows: a folder is not a file to open
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(path, ckpt):
+    """Atomic: write to a temporary file in the same folder, fsync, then rename over the old one. A write that fails
+    (a full disk: OSError ENOSPC, or torch.save's RuntimeError) removes the temporary file and leaves the old
+    checkpoint as it was; the caller decides what to say (fileio.disk_full)."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, 'wb') as f:
+            torch.save(ckpt, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path)
+
+
+def open_log(path):
+    """log.jsonl, opened for appending. A run killed mid-write can leave a torn last line; a newline ends it
+    first, so the next event is a line of its own (readers skip the torn one)."""
+    f = open(path, 'a')
+    if f.tell() > 0:
+        with open(path, 'rb') as tail:
+            tail.seek(-1, os.SEEK_END)
+            if tail.read(1) != b'\n':
+                f.write('\n')
+    return f
+
+
+def only_best(ckpt_path, best_path):
+    """What to do with an out_dir that holds best.pt but no ckpt.pt (ckpt.pt was deleted or moved)."""
+    return (f"{os.path.dirname(ckpt_path) or '.'} holds best.pt but no ckpt.pt; to continue from (or evaluate) the best "
+            f"checkpoint: cp {best_path} {ckpt_path}, then --init_from=resume; or choose another --out_dir")
+
+
+def load_checkpoint(path):
+    if not os.path.isfile(path):
+        best = os.path.join(os.path.dirname(path), 'best.pt')
+        if os.path.isfile(best):
+            raise TrainingError(only_best(path, best))
+        raise TrainingError(f"no checkpoint at {path} to resume or evaluate; train with --init_from=scratch first")
+    try:
+        ckpt = torch.load(path, map_location='cpu', weights_only=False)
+        if not isinstance(ckpt, dict) or not {'model', 'model_args', 'iter_num'} <= set(ckpt):
+            raise ValueError('not a train.py checkpoint')
+    except Exception as e:
+        best = os.path.join(os.path.dirname(path), 'best.pt')
+        other = f"; {best} is the best-validation checkpoint, if it is readable" if os.path.exists(best) else ''
+        raise TrainingError(f"cannot read checkpoint {path} ({type(e).__name__}: {' '.join(str(e).split())[:200]}); it is "
+                            f"corrupt or not a checkpoint{other}") from None
+    return ckpt
+
+
+def check_model_args(path, ckpt, model_args):
+    saved = {f.name: f.default for f in fields(GPTConfig)} | ckpt['model_args']   # older checkpoints lack newer fields
+    diff = {k: (saved.get(k), v) for k, v in model_args.items() if saved.get(k) != v}
+    if diff:
+        desc = ', '.join(f"{k}: checkpoint {a!r} vs requested {b!r}" for k, (a, b) in diff.items())
+        raise TrainingError(f"checkpoint {path} was trained with another model config ({desc}); "
+                            f"use the checkpoint's settings or another out_dir")
+
+
+HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
+
+
+@dataclass
+class LoadedModel:
+    name: str                  # the spec it was loaded from, e.g. 'out/x/ckpt.pt', 'gpt2' or 'x/model.Q4_1.gguf'
+    model: torch.nn.Module     # eval mode, on device
+    kind: str                  # 'ours' | 'hf'
+    bos: int | None            # token prepended to every document, or None
+    block_size: int            # max sequence length used for analysis
+    vocab_size: int
+    config: dict               # model config for the JSON output
+    tokenizer: dict | None = None   # the model's tokenizer record (prepare_c4 Tokenizer.record()), if known
+    data: str | None = None    # ours: the dataset folder it was trained on (the default --data)
+
+
+def run_dataset(dataset, ckpt_path, recorded=None):
+    """The folder of the data a checkpoint was trained on, whatever the working directory is now: the absolute folder
+    the checkpoint records (newer checkpoints), else the config's dataset (dataset.resolve_dataset: data/<name> or a
+    path) looked up from here, then from each folder above the checkpoint's (train.py ran in one of them, usually
+    the repository). The first that holds meta.json; else the lookup from here, so that the error names it."""
+    if not dataset and not recorded:
+        return None
+    if recorded and os.path.isfile(os.path.join(recorded, 'meta.json')):
+        return recorded
+    if not dataset:
+        return recorded
+    here = resolve_dataset(dataset)
+    if os.path.isabs(here) or os.path.isfile(os.path.join(here, 'meta.json')):
+        return here
+    folder = os.path.dirname(os.path.abspath(ckpt_path))
+    while True:
+        candidate = os.path.join(folder, here)
+        if os.path.isfile(os.path.join(candidate, 'meta.json')):
+            return candidate
+        if os.path.dirname(folder) == folder:
+            return here
+        folder = os.path.dirname(folder)
+
+
+def load_model(spec: str, device: str = 'cpu', block_size: int | None = None) -> LoadedModel:
+    """A train.py checkpoint (a .pt file or a folder holding ckpt.pt), a Hugging Face name / folder or a GGUF file."""
+    path = os.path.join(spec, 'ckpt.pt') if os.path.isfile(os.path.join(spec, 'ckpt.pt')) else spec
+    if path.endswith('.pt') or (os.path.isfile(path) and not path.endswith('.gguf')):
+        model, ckpt = GPT.from_checkpoint(path, device)
+        train_cfg = ckpt.get('config') or {}
+        config = dict(ckpt['model_args'], n_params=model.num_params(), optimizer=train_cfg.get('optimizer'),
+                      iter_num=ckpt.get('iter_num'), dataset=train_cfg.get('dataset'))
+        data = run_dataset(train_cfg.get('dataset'), path, (ckpt.get('data') or {}).get('dir'))
+        tokenizer = ckpt.get('tokenizer')
+        if tokenizer is None and data is not None:    # checkpoints that do not record it: the data they trained on
+            try:
+                tokenizer = load_meta(data).get('tokenizer_info')
+            except ValueError:
+                pass
+        return LoadedModel(spec, model, 'ours', ckpt.get('bos'), _block_size(spec, block_size, model.config.block_size),
+                           model.config.vocab_size, config, tokenizer, data)
+    model = load_hf(spec)
+    return wrap_hf(model.to(device), spec, block_size, hf_tokenizer(spec))
+
+
+def hf_tokenizer(spec):
+    """The tokenizer record of a Hugging Face name / folder / GGUF file, or None when it has no tokenizer here."""
+    try:
+        return load_tokenizer(f'hf:{spec}').record()
+    except PrepareError:
+        return None
+
+
+def wrap_hf(model, name: str, block_size: int | None = None, tokenizer: dict | None = None) -> LoadedModel:
+    """LoadedModel for an instantiated transformers causal LM (switched to eager attention)."""
+    if model.config._attn_implementation != 'eager':
+        model.set_attn_implementation('eager')
+    c = model.config
+    max_len = c.max_position_embeddings
+    bos = None if c.model_type == 'gpt2' else c.bos_token_id
+    config = dict(model_type=c.model_type, n_layer=c.num_hidden_layers, n_head=c.num_attention_heads,
+                  n_embd=c.hidden_size, vocab_size=c.vocab_size, max_position_embeddings=max_len,
+                  n_params=sum(p.numel() for p in model.parameters()))
+    return LoadedModel(name, model.eval(), 'hf', bos, _block_size(name, block_size, max_len, HF_BLOCK_SIZE),
+                       c.vocab_size, config, tokenizer)
+
+
+def load_gpt(spec: str, device: str = 'cpu') -> LoadedModel:
+    """load_model, but a Hugging Face model is copied into this repository's GPT (GPT.from_hf: GPT-2 and Llama
+    families, at their full length), so that code written for GPT runs on every model (the KV cache of sample.py
+    and stream_eval.py). kind is 'ours' either way; the tokenizer record, BOS and name are load_model's."""
+    lm = load_model(spec, 'cpu')
+    if lm.kind == 'hf':
+        lm.model = GPT.from_hf(lm.model)
+        lm.kind, lm.block_size = 'ours', lm.model.config.block_size
+        lm.config = dict(asdict(lm.model.config), model_type=lm.config['model_type'], n_params=lm.model.num_params())
+    lm.model = lm.model.to(device)
+    return lm
+
+
+def _block_size(name, requested, limit, default=None):
+    if requested is not None and not 1 <= requested <= limit:
+        raise ValueError(f"--block_size {requested} is outside [1, {limit}], the range {name} supports")
+    return requested or min(default or limit, limit)
+
+
+def check_ckpt(c):
+    """--ckpt is a train.py checkpoint or its out_dir (Hugging Face names go to --init_from): a one-line ValueError
+    before any model is loaded."""
+    if not os.path.exists(c):
+        raise ValueError(f"--ckpt {c}: not found, no such file or folder (--ckpt takes a train.py checkpoint "
+                         f"or its out_dir)")
+    if os.path.isdir(c) and not os.path.isfile(os.path.join(c, 'ckpt.pt')):
+        raise ValueError(f"--ckpt {c}: the folder holds no ckpt.pt (pass best.pt's path for the best checkpoint)")
+
+
+def read_log(path):
+    """(train, eval) lists of events from a train.py log.jsonl; a repeated (event, iter) keeps the last line."""
+    events = {}
+    with open(path) as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get('event') in ('train', 'eval') and 'iter' in e:
+                events[e['event'], e['iter']] = e
+    by = lambda kind: [events[k] for k in sorted(k for k in events if k[0] == kind)]
+    return by('train'), by('eval')
+
+
+def make_folder(path, option):
+    """Create the output folder of `option` (and its parents), or say in one line why it cannot be made."""
+    path = path or '.'
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{option}: {path} is a file, not a folder; choose another path")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{option}: cannot create the folder {path} ({e.strerror}: {e.filename}); "
+                         f"choose another path") from None

@@ -1,0 +1,202 @@
+"""What a user meets on paths, a full disk and repeated commands (issue 28's fault table): one rule for a dataset
+argument, a run's data found from any working directory, a full disk as one line with the last good checkpoint
+intact, a finished run resumed without a duplicate log event, a truncated result file named, and a CPU-only machine
+refused hours of work."""
+import errno
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import dataset
+import eval_quant
+import measure
+import prepare_c4
+import reproduce
+import runs
+import train
+import train_data
+from conftest import ROOT, write_dataset
+from test_faults import SMALL, cli, one_thread, snapshot   # noqa: F401 (one_thread: autouse fixture)
+
+
+# ----------------------------------------------------------------------------- one rule for a dataset argument
+def test_a_dataset_argument_is_a_name_under_data_or_a_path_as_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_dataset(str(tmp_path / 'data' / 'mine'), n_train=2000, n_val=500)
+    want = str(tmp_path / 'data' / 'mine' / 'val.bin')
+    for arg in ('mine', 'data/mine', './data/mine', str(tmp_path / 'data' / 'mine')):
+        meta, paths = train_data.open_data({'dataset': arg, 'block_size': 8})
+        assert os.path.samefile(paths['val'], want), arg
+    assert dataset.resolve_dataset('c4') == os.path.join('data', 'c4')
+    assert dataset.resolve_dataset('data/offline') == 'data/offline'      # was data/data/offline
+
+
+def test_train_reads_a_relative_dataset_path_from_here(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    write_dataset(str(tmp_path / 'data' / 'rel'), n_train=4000, n_val=1000)
+    code, out, err = cli(capsys, '--dataset=data/rel', f'--out_dir={tmp_path / "o"}', *SMALL, '--max_iters=2',
+                         '--eval_interval=2')
+    assert code == 0, err
+    assert 'done: val ppl' in out
+
+
+def test_reproduce_plans_a_relative_dataset_path_as_given(tmp_path):
+    write_dataset(str(tmp_path / 'data' / 'rel'), n_train=4000, n_val=1000)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, 'reproduce.py'), 'table5', '--scale', 'mini', '--rows',
+                        '02_no', '--dataset', 'data/rel', '--dry_run', '--out', str(tmp_path / 'out')],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = str(tmp_path / 'data' / 'rel')
+    assert f'--data {data} ' in r.stdout and f'--dataset={data}' in r.stdout, r.stdout
+    assert 'data/data' not in r.stdout + r.stderr
+
+
+def test_a_runs_dataset_is_found_from_another_working_directory(tmp_path, monkeypatch):
+    repo = tmp_path / 'repo'
+    write_dataset(str(repo / 'data' / 'x'), n_train=2000, n_val=500)
+    ckpt = repo / 'out' / 'run' / 'ckpt.pt'
+    ckpt.parent.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)                     # not the repository, where train.py ran
+    assert runs.run_dataset('x', str(ckpt)) == str(repo / 'data' / 'x')
+    assert runs.run_dataset('data/x', str(ckpt)) == str(repo / 'data' / 'x')
+    assert runs.run_dataset('x', str(ckpt), recorded=str(repo / 'data' / 'x')) == str(repo / 'data' / 'x')
+
+
+def test_analyze_finds_the_checkpoints_data_from_another_directory(bigram_data, tmp_path, monkeypatch, capsys):
+    repo = tmp_path / 'repo'
+    os.makedirs(repo / 'data')
+    os.symlink(bigram_data, repo / 'data' / 'bb')
+    monkeypatch.chdir(repo)
+    code, _, err = cli(capsys, '--dataset=bb', '--out_dir=out/run', *SMALL, '--max_iters=2', '--eval_interval=2')
+    assert code == 0, err
+    ck = torch.load(repo / 'out' / 'run' / 'ckpt.pt', weights_only=False)
+    ck['data'].pop('dir')                           # a checkpoint written before the folder was recorded
+    torch.save(ck, repo / 'out' / 'run' / 'ckpt.pt')
+    monkeypatch.chdir(tmp_path)
+    lm = runs.load_model(str(repo / 'out' / 'run'))
+    assert os.path.samefile(lm.data, repo / 'data' / 'bb')
+
+
+# ----------------------------------------------------------------------------- a full disk
+def full_disk(*args, **kwargs):
+    raise RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 1728 vs 1664')
+
+
+@pytest.mark.parametrize('error', [full_disk, OSError(errno.ENOSPC, 'No space left on device')])
+def test_a_full_disk_is_one_line_and_keeps_the_last_good_checkpoint(bigram_data, tmp_path, capsys, monkeypatch,
+                                                                    error):
+    out = str(tmp_path / 'o')
+    code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2',
+                       '--eval_interval=2')
+    assert code == 0, err
+    before = snapshot(out)
+
+    def save(*a, **k):
+        if isinstance(error, OSError):
+            raise error
+        error()
+    monkeypatch.setattr(runs.torch, 'save', save)
+    code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=4',
+                       '--eval_interval=2', '--init_from=resume')
+    assert code == 2 and len(err.strip().splitlines()) == 1 and 'is full' in err, err
+    assert 'ckpt.pt (iteration 2) is kept' in err
+    after = snapshot(out)
+    assert after['ckpt.pt'] == before['ckpt.pt'] and after['best.pt'] == before['best.pt']   # the last good ones
+    assert not [name for name in after if name.endswith('.tmp')]
+    fresh = str(tmp_path / 'fresh')                 # a fresh run: nothing had been written
+    code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={fresh}', *SMALL, '--max_iters=2',
+                       '--eval_interval=2')
+    assert code == 2 and 'is full' in err and 'no checkpoint had been written' in err, err
+    assert not any(f.endswith('.tmp') for f in os.listdir(fresh))
+
+
+def test_prepare_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch):
+    class Full:
+        def __init__(self, path, mode='r'):
+            self.path = path
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, 'No space left on device', str(self.path))
+    monkeypatch.setattr(dataset, 'open', Full, raising=False)
+    with pytest.raises(SystemExit) as e:
+        prepare_c4.main(['--source', 'bigram_backcopy', '--val_docs', '20', '--out_dir', str(tmp_path / 'bb')])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and 'is full' in err and 'Traceback' not in err, err
+    assert [line for line in err.splitlines() if line.startswith('error:')] == [err.strip().splitlines()[-1]]
+    assert not list((tmp_path / 'bb').glob('*.tmp'))
+
+
+# ----------------------------------------------------------------------------- repeated commands
+def test_a_finished_run_resumed_says_so_and_logs_no_second_eval(bigram_data, tmp_path, capsys):
+    args = [f'--dataset={bigram_data}', f'--out_dir={tmp_path / "o"}', *SMALL, '--max_iters=2', '--eval_interval=2',
+            '--init_from=auto']
+    code, first, err = cli(capsys, *args)
+    assert code == 0, err
+    log = (tmp_path / 'o' / 'log.jsonl').read_text()
+    code, again, err = cli(capsys, *args)
+    assert code == 0, err
+    assert 'is a finished run (iteration 2 of max_iters=2)' in again
+    assert first.splitlines()[-1] == again.splitlines()[-1]            # the same result line
+    assert (tmp_path / 'o' / 'log.jsonl').read_text() == log           # no duplicate eval event
+
+
+# ----------------------------------------------------------------------------- results and checkpoints
+def test_render_names_a_truncated_analysis_json_and_renders_the_other_rows(tmp_path, capsys):
+    scale = reproduce.SCALES['smoke']
+    planned = reproduce.plan(['table5'], scale, str(tmp_path), ['01_biases', '02_no_biases'])
+    for i, run in enumerate(planned):
+        os.makedirs(run.cfg['out_dir'])
+        with open(os.path.join(run.cfg['out_dir'], 'analysis.json'), 'w') as f:
+            f.write(json.dumps({'ppl': 10.0 + i, 'kurtosis_first': 3.0})[:None if i else 12])   # the first truncated
+    md, doc = reproduce.render('table5', planned, 'smoke', scale)
+    err = capsys.readouterr().err
+    assert os.path.join(planned[0].cfg['out_dir'], 'analysis.json') in err and 'cannot be read' in err
+    assert [r['ours'].get('ppl') for r in doc['rows']] == [None, 11.0]
+
+
+def test_eval_quant_checks_ckpt_as_analyze_does(tmp_path, capsys):
+    (tmp_path / 'best.pt').write_bytes(b'')
+    with pytest.raises(SystemExit) as e:
+        eval_quant.main(['--ckpt', str(tmp_path)])
+    assert 'holds no ckpt.pt' in str(e.value.code), e.value.code
+
+
+def test_nll_sum_of_logits_that_need_grad_does_not_warn():
+    logits = torch.randn(1, 5, 7, requires_grad=True)
+    idx, mask = torch.randint(0, 7, (1, 5)), torch.ones(1, 5, dtype=torch.bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        nll, n = measure.nll_sum(logits, idx, mask)
+    want = torch.nn.functional.cross_entropy(logits[0, :4], idx[0, 1:], reduction='sum').item()
+    assert n == 4 and abs(nll - want) < 1e-5
+
+
+def test_paper_scale_on_a_cpu_only_machine_shows_the_plan_and_refuses(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(reproduce, '_cuda', lambda: False)
+    monkeypatch.setattr(reproduce, 'run_all', lambda *a: pytest.fail('started the runs'))
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(['table2', '--rows', 'gpt2_60m', '--out', str(tmp_path)])
+    err = capsys.readouterr().err
+    assert 'data:' in err                                                 # the plan came first
+    assert 'no CUDA GPU' in str(e.value.code) and '--allow_cpu' in str(e.value.code)
+
+
+def test_analyze_says_why_its_ppl_is_not_train_pys(bigram_data, tmp_path, capsys):
+    import analyze
+    code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={tmp_path / "o"}', *SMALL, '--max_iters=2',
+                       '--eval_interval=2')
+    assert code == 0, err
+    analyze.main(['--ckpt', str(tmp_path / 'o'), '--max_docs', '3'])
+    header = capsys.readouterr().out.splitlines()[0]
+    assert 'PPL: each document read from its first token' in header and "train.py's val ppl" in header
