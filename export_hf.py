@@ -170,6 +170,11 @@ def check_paths(ckpt, out, force):
         raise ValueError(f"--out {out} {where} the checkpoint's folder {run}: writing it would replace the run's files "
                          f"(ckpt.pt, best.pt, log.jsonl); choose a folder elsewhere, e.g. hf/"
                          f"{os.path.basename(os.path.realpath(run))}")
+    above = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(above):                    # the nearest existing folder above out
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise ValueError(f"--out {out}: {above} is a file, not a folder; choose another --out")
     if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
         if not force:
             raise ValueError(f"--out {out} exists and is not an empty folder; choose another --out or pass --force")

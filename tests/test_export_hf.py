@@ -221,7 +221,7 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
     ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', **GPT2_STYLE)
     (tmp_path / 'a_file').write_text('x')
     message = one_line_error(['--ckpt', ckpt, '--out', str(tmp_path / 'a_file' / 'hf')])
-    assert f"--out {tmp_path / 'a_file' / 'hf'}: cannot write it" in message
+    assert f"--out {tmp_path / 'a_file' / 'hf'}: {tmp_path / 'a_file'} is a file, not a folder" in message
     assert (tmp_path / 'a_file').read_text() == 'x'
 
     def read_only(**kw):        # what a read-only folder gives (chmod does not stop root, who may run the tests)
