@@ -166,8 +166,9 @@ def intervene(lm: analyze.LoadedModel, data_dir, max_docs, batch_size, device, k
                 result = measure(on_batch=lambda mask: sums.update(mask=mask))
             channels, data = choose_channels(sums, k), result['data']
             if data['predicted_tokens'] == 0:      # every document one token long (or within the free prefix)
-                raise ValueError(f"{data_dir}: no document of the {data['documents']} measured has a token to predict "
-                                 f"within block_size {lm.block_size}; a perplexity needs documents of two or more tokens")
+                raise ValueError(f"{data_dir}: no document of the {data['documents']} measured has a token to "
+                                 f"predict within block_size {lm.block_size}; a perplexity needs documents of two "
+                                 f"or more tokens")
         else:
             with edited(model, edit_for(name, channels, massive_only), hide_first_key=name == 'mask_first_key'):
                 result = measure()

@@ -193,7 +193,8 @@ def test_an_out_that_would_replace_the_runs_files_is_refused_even_with_force(tmp
     message = one_line_error(['--ckpt', ckpt, '--out', out, '--force'])
     assert named in message and 'choose' in message
     assert {name: open(os.path.join('run', name), 'rb').read() for name in sorted(os.listdir('run'))} == files
-    assert sorted(os.listdir(tmp_path)) == ['other', 'run'] and open('other/sub/best.pt', 'rb').read() == b'a checkpoint'
+    assert sorted(os.listdir(tmp_path)) == ['other', 'run']
+    assert open('other/sub/best.pt', 'rb').read() == b'a checkpoint'
 
 
 def test_a_folder_inside_the_run_folder_is_written_and_replaced(tmp_path, capsys):
@@ -214,7 +215,8 @@ def test_a_users_folder_named_like_a_temporary_one_is_kept(tmp_path, monkeypatch
     monkeypatch.setattr(export_hf, 'logit_difference', lambda model, folder: 1.0)
     message = one_line_error(['--ckpt', str(tmp_path / 'ckpt.pt'), '--out', str(tmp_path / 'other')])
     assert 'differ from the checkpoint' in message
-    assert sorted(os.listdir(tmp_path)) == ['ckpt.pt', 'hf', 'hf.tmp'] and os.listdir(tmp_path / 'hf.tmp') == ['notes.txt']
+    assert sorted(os.listdir(tmp_path)) == ['ckpt.pt', 'hf', 'hf.tmp']
+    assert os.listdir(tmp_path / 'hf.tmp') == ['notes.txt']
 
 
 def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):

@@ -282,7 +282,8 @@ def test_nothing_to_predict_is_one_line_not_a_nan_perplexity(docs_dir, tmp_path)
     assert not (tmp_path / 'out' / 'r.json').exists()
     # with --block_size 5 the free prefix leaves one prediction (of token 4) per document of five tokens or more
     out = tmp_path / 'five.json'
-    intervene.main(['--ckpt', free, '--data', docs_dir, '--block_size', '5', '--interventions', 'zero', '--json', str(out)])
+    intervene.main(['--ckpt', free, '--data', docs_dir, '--block_size', '5', '--interventions', 'zero',
+                    '--json', str(out)])
     m = json.loads(out.read_text())['models'][0]
     assert m['data']['predicted_tokens'] == sum(len(d) >= 5 for d in random_docs(n=9, seed=4)) > 0
     assert math.isfinite(m['results']['none']['ppl']) and math.isfinite(m['results']['zero']['ppl'])

@@ -179,7 +179,8 @@ def test_cli_errors_are_one_line(tmp_path, vocab, monkeypatch):
     # a local path that is not a checkpoint is answered as one (it was the Hugging Face download hint)
     (tmp_path / 'only_best').mkdir()
     (tmp_path / 'only_best' / 'best.pt').write_bytes((tmp_path / 'ckpt.pt').read_bytes())
-    for ckpt, named in ((tmp_path / 'nope', 'nope: not found'), (tmp_path / 'only_best', 'the folder holds no ckpt.pt')):
+    for ckpt, named in ((tmp_path / 'nope', 'nope: not found'),
+                        (tmp_path / 'only_best', 'the folder holds no ckpt.pt')):
         with pytest.raises(SystemExit) as e:
             adapter.main(['--ckpt', str(ckpt), '--data', str(tmp_path / 'nothing')])
         assert named in str(e.value.code) and 'Hugging Face' not in str(e.value.code) and '\n' not in str(e.value.code)
