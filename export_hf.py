@@ -15,7 +15,7 @@ it would need modeling code of its own, loaded with trust_remote_code=True, whic
 (docs/public-models.md, "Export to Hugging Face", says why). analyze.py, eval_quant.py and lm_eval_adapter.py evaluate every
 variant from the checkpoint itself.
 
-The folder (written as OUT.tmp, checked, then renamed to OUT):
+The folder (written to a new temporary folder beside OUT, checked, then renamed to OUT):
   config.json, generation_config.json, model.safetensors   transformers' save_pretrained, fp32; the vocabulary is
                     the real one (vocab_size of the data), not the padded embedding; n_positions /
                     max_position_embeddings = block_size; bos_token_id = the checkpoint's BOS (windows='document':
@@ -28,11 +28,14 @@ The folder (written as OUT.tmp, checked, then renamed to OUT):
                     (synthetic tasks) are not written; the script says so.
 Before the rename, the folder is loaded with AutoModelForCausalLM and its logits on a random sequence of block_size
 tokens are compared with the checkpoint's: a difference above TOLERANCE is an error and nothing is left behind.
+OUT may not be or contain the checkpoint's folder; an existing OUT is replaced only with --force, and never when it
+is or holds a checkpoint (*.pt) or a log.jsonl; nothing else is removed.
 """
 import argparse
 import os
 import shutil
 import sys
+import tempfile
 
 import torch
 
@@ -139,13 +142,53 @@ def hf_tokenizer(record, block_size):
     return tokenizer, None
 
 
+def inside(path, folder):
+    """Whether path is folder or lies inside it (both made absolute, links resolved)."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def run_file(out):
+    """The first checkpoint (*.pt) or training log (log.jsonl) at out or under it, else None."""
+    if os.path.isfile(out):
+        return out if out.endswith('.pt') or os.path.basename(out) == 'log.jsonl' else None
+    for folder, _, names in os.walk(out):
+        for name in sorted(names):
+            if name.endswith('.pt') or name == 'log.jsonl':
+                return os.path.join(folder, name)
+    return None
+
+
+def check_paths(ckpt, out, force):
+    """One-line ValueErrors, before any model is loaded: --ckpt is a checkpoint or a run folder holding ckpt.pt (a
+    local path, so the answer is local, not a Hugging Face hint), and writing --out removes no training run's files:
+    --out may not be or contain the checkpoint's folder, and --force replaces nothing that holds a checkpoint or a
+    log.jsonl (a new folder inside the run folder, or an earlier export there, is fine)."""
+    runs.check_ckpt(ckpt)
+    run = ckpt if os.path.isdir(ckpt) else (os.path.dirname(ckpt) or '.')
+    if inside(run, out):
+        where = 'is' if inside(out, run) else 'contains'
+        raise ValueError(f"--out {out} {where} the checkpoint's folder {run}: writing it would replace the run's files "
+                         f"(ckpt.pt, best.pt, log.jsonl); choose a folder elsewhere, e.g. hf/"
+                         f"{os.path.basename(os.path.realpath(run))}")
+    above = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(above):                    # the nearest existing folder above out
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise ValueError(f"--out {out}: {above} is a file, not a folder; choose another --out")
+    if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        if not force:
+            raise ValueError(f"--out {out} exists and is not an empty folder; choose another --out or pass --force")
+        found = run_file(out)
+        if found is not None:
+            raise ValueError(f"--out {out} holds {found}, a training run's checkpoint or log, which --force does not "
+                             f"delete; choose another --out")
+
+
 def export(ckpt, out, force=False):
     """Write ckpt (a train.py checkpoint or its folder) to the Hugging Face folder out. Returns (architecture,
     max |logit difference|, the tokenizer note: None when it was written, else why not). Raises ValueError."""
-    if not os.path.exists(ckpt):
-        raise ValueError(f"checkpoint {ckpt} not found")
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)) and not force:
-        raise ValueError(f"--out {out} exists and is not an empty folder; choose another --out or pass --force")
+    check_paths(ckpt, out, force)
     lm = runs.load_model(ckpt)
     if lm.kind != 'ours':
         raise ValueError(f"{ckpt} is not a train.py checkpoint")
@@ -156,11 +199,28 @@ def export(ckpt, out, force=False):
                          f"does not compute {', '.join(problems)}; that would need modeling code of its own loaded with "
                          f"trust_remote_code=True, which this repository does not write (docs/public-models.md 'Export to Hugging "
                          f"Face'); analyze.py, eval_quant.py and lm_eval_adapter.py evaluate it from the checkpoint")
+    try:                                   # only now: a model no stock architecture computes needs no install advice
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ValueError('exporting needs transformers: pip install transformers') from None
     eot = (lm.tokenizer or {}).get('eot_token')
     hf = hf_model(lm.model, lm.bos, eot)
     tokenizer, note = hf_tokenizer(lm.tokenizer, config.block_size)
-    tmp = f"{out.rstrip('/')}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        diff = write_folder(lm, hf, tokenizer, out)
+    except OSError as e:
+        raise ValueError(f"--out {out}: cannot write it ({e.strerror or type(e).__name__}: {e.filename or out}); "
+                         f"choose a folder you can write to") from None
+    return name, diff, note
+
+
+def write_folder(lm, hf, tokenizer, out):
+    """Write hf (and tokenizer) into a temporary folder beside out, check it, then rename it to out (an existing out
+    is removed just before). The temporary folder is new (mkdtemp), so removing it on failure removes only what
+    this run wrote. Returns the max |logit difference|."""
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f'.{os.path.basename(os.path.abspath(out))}.', suffix='.tmp', dir=parent)
     try:
         hf.save_pretrained(tmp)
         if tokenizer is not None:
@@ -171,12 +231,14 @@ def export(ckpt, out, force=False):
         diff = logit_difference(lm.model, tmp)
         if not diff <= TOLERANCE:
             raise ValueError(f"the exported model's logits differ from the checkpoint's by {diff:.3g} > {TOLERANCE}")
-        if os.path.exists(out):
-            shutil.rmtree(out) if os.path.isdir(out) else os.remove(out)
+        if os.path.isdir(out) and not os.path.islink(out):
+            shutil.rmtree(out)
+        elif os.path.lexists(out):
+            os.remove(out)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return name, diff, note
+    return diff
 
 
 @torch.no_grad()
@@ -195,10 +257,6 @@ def main(argv=None):
     p.add_argument('--out', required=True, help='the Hugging Face folder to write')
     p.add_argument('--force', action='store_true', help='replace --out when it exists')
     args = p.parse_args(argv)
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        sys.exit('export_hf.py: error: exporting needs transformers: pip install transformers')
     try:
         name, diff, note = export(args.ckpt, args.out, args.force)
     except ValueError as e:

@@ -168,6 +168,10 @@ def intervene(lm: runs.LoadedModel, data_dir, max_docs, batch_size, device, k, n
             with first_token_sums(model) as sums:
                 result = measure_once(on_batch=lambda mask: sums.update(mask=mask))
             channels, data = choose_channels(sums, k), result['data']
+            if data['predicted_tokens'] == 0:      # every document one token long (or within the free prefix)
+                raise ValueError(f"{data_dir}: no document of the {data['documents']} measured has a token to "
+                                 f"predict within block_size {lm.block_size}; a perplexity needs documents of two "
+                                 f"or more tokens")
         else:
             with edited(model, edit_for(name, channels, massive_only), hide_first_key=name == 'mask_first_key'):
                 result = measure_once()
@@ -232,7 +236,8 @@ def main(argv=None):
                    "none, eot (the data's document separator) or a token id")
     p.add_argument('--max_docs', type=int, default=100_000, help='first N validation documents (0 = all)')
     p.add_argument('--batch_size', type=int, default=None, help='documents per forward pass (default: as analyze.py)')
-    p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: as analyze.py)')
+    p.add_argument('--block_size', type=int, default=None, help='max tokens per document, >= 2 and above a '
+                   'causal_free_prefix (default: as analyze.py)')
     p.add_argument('--sink_eps', type=float, default=measure.SINK_EPS, help="sink_rate's threshold (as analyze.py)")
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     p.add_argument('--json', metavar='PATH', help='write the results of all models to PATH (format: see above)')
@@ -254,10 +259,13 @@ def main(argv=None):
             raise ValueError(f"--max_docs must be >= 0 (0 = all documents), got {args.max_docs}")
         if not 0 <= args.sink_eps < 1:
             raise ValueError(f"--sink_eps must be in [0, 1) (a probability threshold), got {args.sink_eps}")
+        if args.batch_size is not None and args.batch_size < 1:      # 0 is an error, not "the default"
+            raise ValueError(f"--batch_size must be >= 1 (documents per forward pass), got {args.batch_size}")
+        if args.block_size is not None and args.block_size < 2:      # one token per document predicts nothing
+            raise ValueError(f"--block_size must be >= 2 (a document needs two tokens for a perplexity), got "
+                             f"{args.block_size}")
         device = devices.choose_device(args.device)
         batch_size = args.batch_size or measure.default_batch_size(device)
-        if batch_size < 1:
-            raise ValueError(f"--batch_size must be >= 1, got {args.batch_size}")
         if args.json:                                     # the folder exists before any model runs
             if os.path.isdir(args.json):
                 raise ValueError(f"--json {args.json} is a folder; give the path of a file, e.g. "
@@ -268,6 +276,10 @@ def main(argv=None):
         models = []
         for spec, label in zip(specs, tables.unique_labels([tables.run_label(s) for s in specs])):
             lm = runs.load_model(spec, device, args.block_size)
+            free = getattr(lm.model.config, 'causal_free_prefix', 0) if lm.kind == 'ours' else 0
+            if lm.block_size <= free:
+                raise ValueError(f"--block_size {lm.block_size}: {spec} has causal_free_prefix={free}, whose positions "
+                                 f"see the tokens they predict; give a block_size above {free}")
             data = args.data or lm.data or 'data/c4'
             lm = measure.choose_bos(lm, args.bos, measure.data_or_hint(data, spec if lm.kind == 'hf' else None))
             measure.check_data(data, lm)         # while a public model is still one: the hint names its tokenizer

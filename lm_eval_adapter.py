@@ -19,8 +19,11 @@ The two scoring functions are plain functions of a loaded model (runs.load_model
       context_len=1. rolling_nll runs the same windows over a prepared folder's val documents (--data).
 Prefix token: the checkpoint's BOS (windows='document': the data's eot), else the tokenizer's eot (every training
 document follows one). With a BOS, it is also put before every context, as analyze.py does. Batches are sorted by
-length and right-padded (a free prefix, causal_free_prefix > 0, runs one sequence at a time: padding inside it would
-be seen). generate_until (generation tasks) is refused: the tokenizers here encode but do not decode.
+length and right-padded. A model with a free prefix (causal_free_prefix = k > 0: its first k positions see each other)
+runs one sequence at a time (padding inside the prefix would be seen), and a token at position j < k, which the
+full pass would show to the position that predicts it, is scored by its own pass over the j tokens before it
+(what train.py's loss leaves out, the harness still asks for). generate_until (generation tasks) is refused: the
+tokenizers here encode but do not decode.
 
 --json: with --tasks, lm_eval's {"results", "versions", "n-shot", "configs"} plus "model" and "block_size"; with
 --data, {"model", "data", "documents", "predicted_tokens", "nll", "ppl", "block_size", "prefix_token"}.
@@ -59,9 +62,10 @@ def score(lm, requests, batch_size=8):
     """(sum of log p(continuation | context), greedy) per (context ids, continuation ids): one forward pass over
     (context + continuation)[-(block_size + 1):][:-1] each, batched by length."""
     T = lm.block_size
-    cfg = getattr(lm.model, 'config', None)
-    if getattr(cfg, 'causal_free_prefix', 0):
+    free = getattr(getattr(lm.model, 'config', None), 'causal_free_prefix', 0)
+    if free:
         batch_size = 1
+    device = next(lm.model.parameters()).device
     order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][0]) + len(requests[i][1])))
     results = [None] * len(requests)
     for start in range(0, len(order), batch_size):
@@ -76,12 +80,16 @@ def score(lm, requests, batch_size=8):
         idx = torch.zeros(len(part), max(map(len, inputs)), dtype=torch.long)
         for row, ids in enumerate(inputs):
             idx[row, :len(ids)] = torch.tensor(ids)
-        logp = F.log_softmax(measure.forward(lm, idx.to(next(lm.model.parameters()).device)).float(), dim=-1).cpu()
+        logp = F.log_softmax(measure.forward(lm, idx.to(device)).float(), dim=-1).cpu()
         for row, (i, ids, cont) in enumerate(zip(part, inputs, conts)):
             if not cont:
                 results[i] = (0.0, True)
                 continue
-            rows = logp[row, len(ids) - len(cont):len(ids)]
+            first = len(ids) - len(cont)
+            rows = logp[row, first:len(ids)].clone()
+            for t in range(first, min(free - 1, len(ids))):     # position t sees token t + 1 inside the free prefix
+                rows[t - first] = F.log_softmax(measure.forward(lm, idx[row:row + 1, :t + 1].to(device))[0, t].float(),
+                                                dim=-1).cpu()
             target = torch.tensor(cont)
             results[i] = (float(rows.gather(1, target[:, None]).sum()), bool((rows.argmax(-1) == target).all()))
     return results
@@ -199,6 +207,7 @@ def main(argv=None):
         device = devices.choose_device(args.device)
         if args.json:
             runs.make_folder(os.path.dirname(args.json), '--json')
+        runs.check_ckpt(args.ckpt)      # a local path gets a local answer, not the Hugging Face download hint
         lm = runs.load_model(args.ckpt, device)
         if lm.kind != 'ours':
             raise ValueError(f"{args.ckpt} is not a train.py checkpoint (lm_eval's own hf model runs Hugging Face models)")

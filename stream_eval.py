@@ -22,6 +22,15 @@ cached key and value, so they cannot move: a token keeps the position it entered
 token that enters a full cache; the model then sees many tokens at one position, which it never saw in training,
 and only recomputing the window (not done here) would avoid that. pos_emb='none' has no positions.
 
+Cached is not recomputed. From the second layer on, a cached key and value come from the hidden state computed when
+its token entered, with the cache of that moment in view (tokens since evicted included), and are never updated;
+recomputing the window for every token (StreamingLLM's "sliding window with re-computation") gives every kept token
+the current window only. So the two perplexities differ, in either direction, even where the positions agree (one
+layer: equal, as the tests check). Measured on SmolLM2-135M-Instruct, k = 1, over text of this repository
+(docs/public-models.md, BOS first, the tokens after the cache filled): W = 64, 190 tokens, PPL 62.67 cached and
+64.87 recomputed (+3.5%); W = 128, 254 tokens, 19.25 cached and 17.82 recomputed (-7.4%). A difference of about
+9% on SmolLM2 (issue 28) is of this kind, not an error of the cache.
+
 Reference (no window): the ordinary perplexity of the same tokens, one forward pass over the whole stream when it
 fits in block_size, else windows of block_size tokens every block_size / 2 tokens, each token scored once with at
 least block_size / 2 tokens of context.

@@ -37,12 +37,15 @@ def write_checkpoint(path, tokenizer='bytes', bos=None, seed=0, **kw):
     return str(path), model
 
 
-def round_trip(tmp_path, arch, **kw):
+def round_trip(tmp_path, arch, extra=(), **kw):
+    """Export a random checkpoint to tmp_path/hf and compare the logits; tmp_path then holds ckpt.pt, hf and the
+    names in extra (nothing the export left behind)."""
+    extra = list(extra) + [name for name in os.listdir(tmp_path) if name not in ('ckpt.pt', 'hf')]
     ckpt, model = write_checkpoint(tmp_path / 'ckpt.pt', **kw)
     out = str(tmp_path / 'hf')
     export_hf.main(['--ckpt', ckpt, '--out', out])
     hf = transformers.AutoModelForCausalLM.from_pretrained(out)
-    assert type(hf).__name__ == arch and not os.path.exists(out + '.tmp')
+    assert type(hf).__name__ == arch and sorted(os.listdir(tmp_path)) == sorted(['ckpt.pt', 'hf'] + extra)
     idx = torch.randint(0, model.config.vocab_size, (3, model.config.block_size), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ours, theirs = model(idx)[0], hf(idx, use_cache=False).logits
@@ -127,7 +130,7 @@ def test_what_no_stock_architecture_computes_is_refused_in_one_line(tmp_path, ca
     message = str(e.value.code)
     assert message.startswith('export_hf.py: error: ') and '\n' not in message
     assert named in message and 'trust_remote_code' in message and 'does not compute' in message
-    assert not os.path.exists(tmp_path / 'hf') and not os.path.exists(tmp_path / 'hf.tmp')
+    assert os.listdir(tmp_path) == ['ckpt.pt']
 
 
 def test_an_existing_folder_needs_force(tmp_path, capsys):
@@ -151,3 +154,102 @@ def test_a_models_own_tokenizer_is_saved_with_the_export(tmp_path):
     original, written = (transformers.AutoTokenizer.from_pretrained(str(f)) for f in (folder, out))
     for text in TEXTS:
         assert written.encode(text) == original.encode(text)
+
+
+# ----------------------------------------------------------------------------- what the user has is kept
+def write_run(folder):
+    """A run folder as train.py leaves it: ckpt.pt (an exportable model), best.pt and log.jsonl; {name: bytes}."""
+    os.makedirs(folder)
+    write_checkpoint(os.path.join(folder, 'ckpt.pt'), **GPT2_STYLE)
+    with open(os.path.join(folder, 'best.pt'), 'wb') as f:
+        f.write(open(os.path.join(folder, 'ckpt.pt'), 'rb').read())
+    with open(os.path.join(folder, 'log.jsonl'), 'w') as f:
+        f.write('{"event": "eval", "iter": 0}\n')
+    return {name: open(os.path.join(folder, name), 'rb').read() for name in sorted(os.listdir(folder))}
+
+
+def one_line_error(argv):
+    with pytest.raises(SystemExit) as e:
+        export_hf.main(argv)
+    message = str(e.value.code)
+    assert message.startswith('export_hf.py: error: ') and '\n' not in message
+    return message
+
+
+@pytest.mark.parametrize('ckpt,out,named', [
+    ('run', 'run', "is the checkpoint's folder"),
+    ('run/ckpt.pt', 'run', "is the checkpoint's folder"),
+    ('run/ckpt.pt', 'run/', "is the checkpoint's folder"),
+    ('run', '.', "contains the checkpoint's folder"),
+    ('run/best.pt', 'run/ckpt.pt', "holds run/ckpt.pt, a training run's checkpoint or log"),
+    ('run/ckpt.pt', 'run/ckpt.pt', "holds run/ckpt.pt, a training run's checkpoint or log"),   # the checkpoint itself
+    ('run', 'run/log.jsonl', "holds run/log.jsonl, a training run's checkpoint or log"),
+    ('run', 'other', "holds other/sub/best.pt, a training run's checkpoint or log"),          # another run's folder
+])
+def test_an_out_that_would_replace_the_runs_files_is_refused_even_with_force(tmp_path, monkeypatch, ckpt, out, named):
+    monkeypatch.chdir(tmp_path)
+    files = write_run('run')
+    os.makedirs('other/sub')
+    open('other/sub/best.pt', 'wb').write(b'a checkpoint')
+    message = one_line_error(['--ckpt', ckpt, '--out', out, '--force'])
+    assert named in message and 'choose' in message
+    assert {name: open(os.path.join('run', name), 'rb').read() for name in sorted(os.listdir('run'))} == files
+    assert sorted(os.listdir(tmp_path)) == ['other', 'run']
+    assert open('other/sub/best.pt', 'rb').read() == b'a checkpoint'
+
+
+def test_a_folder_inside_the_run_folder_is_written_and_replaced(tmp_path, capsys):
+    files = write_run(str(tmp_path / 'run'))
+    for force in ([], ['--force']):          # a new folder, then the earlier export replaced
+        export_hf.main(['--ckpt', str(tmp_path / 'run'), '--out', str(tmp_path / 'run' / 'hf')] + force)
+        assert 'wrote' in capsys.readouterr().out
+        assert sorted(os.listdir(tmp_path / 'run')) == sorted(list(files) + ['hf'])
+    assert transformers.AutoConfig.from_pretrained(str(tmp_path / 'run' / 'hf')).model_type == 'gpt2'
+
+
+def test_a_users_folder_named_like_a_temporary_one_is_kept(tmp_path, monkeypatch):
+    (tmp_path / 'hf.tmp').mkdir()
+    (tmp_path / 'hf.tmp' / 'notes.txt').write_text('mine')
+    round_trip(tmp_path, 'GPT2LMHeadModel', **GPT2_STYLE)
+    assert (tmp_path / 'hf.tmp' / 'notes.txt').read_text() == 'mine'
+    # a failed check removes what this run wrote, and only that
+    monkeypatch.setattr(export_hf, 'logit_difference', lambda model, folder: 1.0)
+    message = one_line_error(['--ckpt', str(tmp_path / 'ckpt.pt'), '--out', str(tmp_path / 'other')])
+    assert 'differ from the checkpoint' in message
+    assert sorted(os.listdir(tmp_path)) == ['ckpt.pt', 'hf', 'hf.tmp']
+    assert os.listdir(tmp_path / 'hf.tmp') == ['notes.txt']
+
+
+def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', **GPT2_STYLE)
+    (tmp_path / 'a_file').write_text('x')
+    message = one_line_error(['--ckpt', ckpt, '--out', str(tmp_path / 'a_file' / 'hf')])
+    assert f"--out {tmp_path / 'a_file' / 'hf'}: {tmp_path / 'a_file'} is a file, not a folder" in message
+    assert (tmp_path / 'a_file').read_text() == 'x'
+
+    def read_only(**kw):        # what a read-only folder gives (chmod does not stop root, who may run the tests)
+        raise PermissionError(13, 'Permission denied', kw['dir'])
+    monkeypatch.setattr(export_hf.tempfile, 'mkdtemp', read_only)
+    message = one_line_error(['--ckpt', ckpt, '--out', str(tmp_path / 'ro' / 'hf')])
+    assert 'cannot write it (Permission denied: ' in message and 'choose a folder you can write to' in message
+
+
+def test_local_checkpoint_paths_get_a_local_answer(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.makedirs('out/only_best')
+    write_checkpoint('out/only_best/best.pt', **GPT2_STYLE)
+    message = one_line_error(['--ckpt', 'out/only_best', '--out', 'hf/x'])
+    assert 'the folder holds no ckpt.pt' in message and 'best.pt' in message and 'Hugging Face' not in message
+    message = one_line_error(['--ckpt', 'out/nope', '--out', 'hf/x'])
+    assert '--ckpt out/nope: not found' in message and 'Hugging Face' not in message
+    assert not os.path.exists('hf')
+
+
+def test_without_transformers_a_model_that_cannot_be_exported_is_told_so_first(tmp_path, monkeypatch):
+    refused, _ = write_checkpoint(tmp_path / 'ckpt.pt', attn='softmax1', **GPT2_STYLE)
+    monkeypatch.setitem(__import__('sys').modules, 'transformers', None)      # import transformers fails
+    message = one_line_error(['--ckpt', refused, '--out', str(tmp_path / 'hf')])
+    assert "does not compute attn='softmax1'" in message and 'pip install' not in message
+    exportable, _ = write_checkpoint(tmp_path / 'ok.pt', **GPT2_STYLE)
+    assert 'pip install transformers' in one_line_error(['--ckpt', exportable, '--out', str(tmp_path / 'hf')])
+    assert sorted(os.listdir(tmp_path)) == ['ckpt.pt', 'ok.pt']

@@ -246,6 +246,9 @@ def test_a_public_model_runs_as_our_gpt_with_the_transformers_perplexity(docs_di
     (['--max_docs', '-1'], '--max_docs must be >= 0'),
     (['--json', '{tmp}'], 'is a folder; give the path of a file'),
     (['--ckpt', 'no/such'], '--ckpt no/such: not found'),
+    (['--batch_size', '0'], '--batch_size must be >= 1 (documents per forward pass), got 0'),   # was: the default
+    (['--batch_size', '-3'], '--batch_size must be >= 1'),
+    (['--block_size', '1'], '--block_size must be >= 2'),                                          # was: ppl nan
 ])
 def test_cli_errors_are_one_line(args, message, docs_dir, tmp_path):
     ckpt = write_checkpoint(str(tmp_path / 'run'))
@@ -263,6 +266,29 @@ def test_cli_on_checkpoints_prints_the_table_and_the_channels(docs_dir, tmp_path
     assert [line.split()[:2] for line in lines[2:8]] == [['base', 'none'], ['base', 'zero'], ['base', 'mask_first_key'],
                                                          ['s1', 'none'], ['s1', 'zero'], ['s1', 'mask_first_key']]
     assert lines[2].split()[3] == '+0.000' and sum(line.startswith(('base:', 's1:')) for line in lines) == 2
+
+
+def test_nothing_to_predict_is_one_line_not_a_nan_perplexity(docs_dir, tmp_path):
+    """A free prefix of 4 at --block_size 4 leaves no position that does not see its target, and documents of one
+    token have nothing to predict: each is a one-line error (both printed `ppl nan` and exited 0)."""
+    def error(argv):
+        with pytest.raises(SystemExit) as e:
+            intervene.main(argv + ['--json', str(tmp_path / 'out' / 'r.json')])
+        assert str(e.value).startswith('intervene.py: error: ') and '\n' not in str(e.value)
+        return str(e.value)
+    free = write_checkpoint(str(tmp_path / 'free'), causal_free_prefix=4)
+    assert 'has causal_free_prefix=4' in error(['--ckpt', free, '--data', docs_dir, '--block_size', '4'])
+    short = write_docs(str(tmp_path / 'short'), [np.array([3]), np.array([7]), np.array([], dtype=np.int64)])
+    message = error(['--ckpt', write_checkpoint(str(tmp_path / 'run')), '--data', short])
+    assert 'no document of the 2 measured has a token to predict' in message
+    assert not (tmp_path / 'out' / 'r.json').exists()
+    # with --block_size 5 the free prefix leaves one prediction (of token 4) per document of five tokens or more
+    out = tmp_path / 'five.json'
+    intervene.main(['--ckpt', free, '--data', docs_dir, '--block_size', '5', '--interventions', 'zero',
+                    '--json', str(out)])
+    m = json.loads(out.read_text())['models'][0]
+    assert m['data']['predicted_tokens'] == sum(len(d) >= 5 for d in random_docs(n=9, seed=4)) > 0
+    assert math.isfinite(m['results']['none']['ppl']) and math.isfinite(m['results']['zero']['ppl'])
 
 
 def test_layer_ranges():

@@ -105,6 +105,30 @@ def test_loglikelihood_equals_a_direct_forward_pass(tmp_path, vocab, bos):
     assert adapter.score(lm, [(ctx, [(best + 1) % 200])])[0][1] is False
 
 
+def test_a_free_prefix_shows_no_continuation_token_to_its_predictor(tmp_path, vocab):
+    """causal_free_prefix = 6: positions 0-4 of a full pass see the tokens after them. Each continuation token must be
+    scored from the tokens before it only: the reference is one forward pass over exactly those tokens per token."""
+    lm, _ = checkpoint(tmp_path, vocab, causal_free_prefix=6)
+    seq = torch.randint(0, 200, (2 * T,), generator=torch.Generator().manual_seed(0)).tolist()
+    requests = [(seq[:1], seq[1:9]), (seq[:3], seq[3:5]), (seq[:12], seq[12:15]), (seq[:T + 4], seq[T + 4:T + 8])]
+    requests += adapter.rolling_windows(seq[:40], 268, T)     # the last window has a context of 8, its first 1
+    assert min(len(c) for c, _ in requests) == 1
+
+    @torch.no_grad()
+    def reference(context, continuation):
+        s, total, greedy = (context + continuation)[-(T + 1):], 0.0, True
+        for j in range(len(s) - len(continuation), len(s)):
+            logp = F.log_softmax(lm.model(torch.tensor([s[:j]]))[0][0, -1].float(), -1)
+            total, greedy = total + float(logp[s[j]]), greedy and int(logp.argmax()) == s[j]
+        return total, greedy
+    got = adapter.score(lm, requests, batch_size=4)
+    for request, (logp, greedy) in zip(requests, got):
+        want = reference(*request)
+        assert logp == pytest.approx(want[0], abs=1e-4) and greedy == want[1]
+    with torch.no_grad():                                      # the full pass alone would have seen the answers
+        assert abs(direct(lm.model, *requests[0])[0] - reference(*requests[0])[0]) > 0.1
+
+
 def test_rolling_windows_predict_every_token_once_with_full_contexts():
     tokens = list(range(100, 137))                            # 37 tokens, T = 16
     windows = adapter.rolling_windows(tokens, 7, T)
@@ -155,6 +179,14 @@ def test_cli_errors_are_one_line(tmp_path, vocab, monkeypatch):
     with pytest.raises(SystemExit) as e:
         adapter.main(['--ckpt', str(tmp_path / 'ckpt.pt'), '--data', str(tmp_path / 'nothing')])
     assert 'not a prepared dataset' in str(e.value.code)
+    # a local path that is not a checkpoint is answered as one (it was the Hugging Face download hint)
+    (tmp_path / 'only_best').mkdir()
+    (tmp_path / 'only_best' / 'best.pt').write_bytes((tmp_path / 'ckpt.pt').read_bytes())
+    for ckpt, named in ((tmp_path / 'nope', 'nope: not found'),
+                        (tmp_path / 'only_best', 'the folder holds no ckpt.pt')):
+        with pytest.raises(SystemExit) as e:
+            adapter.main(['--ckpt', str(ckpt), '--data', str(tmp_path / 'nothing')])
+        assert named in str(e.value.code) and 'Hugging Face' not in str(e.value.code) and '\n' not in str(e.value.code)
     # a tokenizer that no longer gives the ids the checkpoint recorded (an edited .tiktoken file) is refused
     ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=False)
     ckpt['tokenizer'] = dict(ckpt['tokenizer'], probe=ckpt['tokenizer']['probe'][::-1])
