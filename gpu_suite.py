@@ -18,7 +18,7 @@ it; a part stopped there keeps what it saved; a failed part is reported, the oth
   bench  python bench.py --sections attn,optim: attention at the paper's shapes (GPU time of CUDA graph
          replays) and the optimizer step at 130M and 350M
   bench_train  python bench.py --sections train: the compiled bf16 training step of 60M and 130M at the
-         paper's batch (--quick: 2 micro-batches): tokens/s, MFU, peak memory; with bench, bench.TARGETS judged
+         paper's batch (--quick: 2 micro-batches): tokens/s, MFU, peak memory; with bench, bench_report.TARGETS judged
   train  the four Table 2 variants of config/table2/gpt2_60m_*.py (vanilla, softmax-1, OrthoAdam, both) for
          --train_iters steps each at the paper's batch (512 x 256 tokens) on --data (equal budgets; --quick:
          30 steps, uncompiled), then analyze.py on each run (--analyze_docs validation documents): loss,
@@ -45,7 +45,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-import bench
+import bench_report
 from fileio import write_json
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -222,13 +222,13 @@ def write_report(out):
             lines += [f"| `{f['test']}` | {f['message'].replace('|', '/')} |" for f in t['failures']]
     if os.path.isfile(path('bench.json')) or os.path.isfile(path('bench_train.json')):
         res = merge_bench([json.load(open(path(f))) for f in ('bench.json', 'bench_train.json') if os.path.isfile(path(f))])
-        rep['bench'] = {'targets': bench.judge(res), 'json': [f for f in ('bench.json', 'bench_train.json')
+        rep['bench'] = {'targets': bench_report.judge(res), 'json': [f for f in ('bench.json', 'bench_train.json')
                                                                if os.path.isfile(path(f))]}
         lines += ['', '## Speed (`python bench.py`)', '', '| target | measured | wanted | met |', '| --- | ---: | ---: | :-: |']
         for t in rep['bench']['targets']:
             met = {None: 'not measured', True: 'yes', False: '**no**'}[t['met']]
             lines.append(f"| {t['name']} | {fmt(t['value'], '.3f')} | {t['target']} | {met} |")
-        lines += ['', '```', bench.report(res), '```']
+        lines += ['', '```', bench_report.report(res), '```']
     if os.path.isfile(path('train.json')):
         tr = json.load(open(path('train.json')))
         rep['train'] = tr['rows']

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+import bench_report
 from conftest import ROOT
 
 RATIOS = ('attn_softmax1_over_softmax', 'optim_state_orthoadam_over_adamw', 'optim_step_orthoadam_over_adamw',
@@ -13,7 +14,6 @@ RATIOS = ('attn_softmax1_over_softmax', 'optim_state_orthoadam_over_adamw', 'opt
 
 
 def test_quick_run_writes_ratios(tmp_path):
-    import bench
     out = tmp_path / 'bench.json'
     run = subprocess.run([sys.executable, 'bench.py', '--quick', '--device=cpu', '--repeats=2', f'--json={out}'],
                          cwd=ROOT, capture_output=True, text=True, timeout=240)
@@ -28,7 +28,7 @@ def test_quick_run_writes_ratios(tmp_path):
     assert [(r['variant'], r['grad_accum']) for r in res['train']] == [
         ('vanilla', 2), ('softmax1+orthoadam', 2), ('vanilla', 1), ('softmax1+orthoadam', 1)]
     assert isinstance(res['attn_extra_key_over_softmax'], float) and isinstance(res['unreliable'], list)
-    assert all(set(bench.ATTN_VARIANTS) | {'softmax1_over_softmax_spread', 'attn_bias_over_softmax',
+    assert all(set(bench_report.ATTN_VARIANTS) | {'softmax1_over_softmax_spread', 'attn_bias_over_softmax',
                                            'sdpa_route_over_softmax', 'extra_key_over_softmax', 'eager_over_softmax'}
                <= set(r) for r in res['attention'])
     assert res['attn_bias_over_softmax'] == max(r['attn_bias_over_softmax'] for r in res['attention'])
@@ -64,7 +64,7 @@ def test_rounds_interleave_variants_and_ratios_are_paired():
     assert calls == ['a', 'b'] * 4 and [len(t) for t in times.values()] == [3, 3]
     ratio, spread = bench.paired_ratio([2.0, 20.0, 2.2], [1.0, 10.0, 1.0])   # round 2: machine 10x slower
     assert ratio == pytest.approx(2.0) and spread == pytest.approx((2.1 - 2.0) / 2.0)
-    assert bench.spread([1.0, 1.0, 1.0, 1.0]) == 0.0
+    assert bench_report.spread([1.0, 1.0, 1.0, 1.0]) == 0.0
 
 
 def test_best_of_interleaves_calls_and_keeps_each_rounds_fastest(monkeypatch):
@@ -80,13 +80,12 @@ def test_best_of_interleaves_calls_and_keeps_each_rounds_fastest(monkeypatch):
 
 
 def test_scattered_ratios_and_a_busy_machine_are_reported_unreliable():
-    import bench
     row = {'shape': [1, 2, 3, 4], 'softmax1_over_softmax_spread': 0.25, 'extra_key_over_softmax_spread': 0.01,
            'attn_bias_over_softmax_spread': 0.0}
     res = {'attention': [row], 'optimizer': [{'model': 'tiny', 'optimizer': 'adamw', 'step_over_adamw_spread': 0.0}],
            'train': [{'model': 'tiny', 'grad_accum': 1, 'batch_size': 8, 'block_size': 64,
                       'step_over_vanilla_spread': 0.5}]}
-    reasons = bench.unreliable(res, 'busy')
+    reasons = bench_report.unreliable(res, 'busy')
     assert reasons[0] == 'busy' and len(reasons) == 3
     assert 'softmax1_over_softmax: spread 25%' in reasons[1] and 'train tiny 1x8x64: spread 50%' in reasons[2]
-    assert bench.fmt_ratio(1.5, 0.2).endswith('?') and not bench.fmt_ratio(1.5, 0.05).endswith('?')
+    assert bench_report.fmt_ratio(1.5, 0.2).endswith('?') and not bench_report.fmt_ratio(1.5, 0.05).endswith('?')

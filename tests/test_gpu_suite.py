@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import bench
+import bench_report
 import gpu_suite
 from conftest import ROOT
 
@@ -21,13 +21,13 @@ def test_bench_parts_merge_and_targets_are_judged_by_hand():
              'train_step_s1oa_over_vanilla_60m': 1.04, 'train_step_s1oa_over_vanilla_130m': 1.01}
     res = gpu_suite.merge_bench([ops, train])
     assert len(res['attention']) == 1 and len(res['train']) == 1 and res['unreliable'] == ['a', 'b']
-    targets = {t['key']: (t['value'], t['met']) for t in bench.judge(res)}
+    targets = {t['key']: (t['value'], t['met']) for t in bench_report.judge(res)}
     assert targets == {'attn_softmax1_over_softmax': (1.02, True), 'attn_bias_over_softmax': (1.06, False),
                        'optim_step_orthoadam_over_adamw': (2.5, False), 'optim_state_orthoadam_over_adamw': (None, None),
                        'train_step_s1oa_over_vanilla_60m': (1.04, False), 'train_step_s1oa_over_vanilla_130m': (1.01, True),
                        'mfu_vanilla_130m': (0.46, True)}
-    assert bench.judge({})[0]['met'] is None   # not measured is not a failure
-    cpu = {t['key']: t['target'] for t in bench.judge({'device': 'cpu (2 cores)'})}
+    assert bench_report.judge({})[0]['met'] is None   # not measured is not a failure
+    cpu = {t['key']: t['target'] for t in bench_report.judge({'device': 'cpu (2 cores)'})}
     assert cpu['attn_softmax1_over_softmax'] == '<= 1.05' and cpu['mfu_vanilla_130m'] == '-'   # CUDA's alone
 
 
