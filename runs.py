@@ -177,12 +177,14 @@ class LoadedModel:
 
 
 def run_dataset(dataset, ckpt_path, recorded=None):
-    """The folder of the data a checkpoint was trained on, whatever the working directory is now: the absolute folder
-    the checkpoint records (newer checkpoints), else the config's dataset (dataset.resolve_dataset: data/<name> or a
-    path) looked up from here, then from each folder above the checkpoint's (train.py ran in one of them, usually
+    """The folder of the data a checkpoint was trained on, whatever the working directory is now: the folder the
+    checkpoint records, relative to its own folder (absolute in older checkpoints), else the config's dataset
+    (dataset.resolve_dataset: data/<name> or a path) looked up from here, then from each folder above the checkpoint's (train.py ran in one of them, usually
     the repository). The first that holds meta.json; else the lookup from here, so that the error names it."""
     if not dataset and not recorded:
         return None
+    if recorded and not os.path.isabs(recorded):   # recorded relative to the checkpoint's folder (no absolute path)
+        recorded = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(ckpt_path)), recorded))
     if recorded and os.path.isfile(os.path.join(recorded, 'meta.json')):
         return recorded
     if not dataset:

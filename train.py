@@ -392,7 +392,8 @@ def checkpoint(r, *paths):
             'bos': r.bos,
             'tokenizer': r.meta.get('tokenizer_info'), 'rng': states,
             'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': r.iter_num,
-                     'identity': data_identity(r.meta), 'dir': os.path.abspath(os.path.dirname(r.paths['val']))}}
+                     'identity': data_identity(r.meta), 'dir': os.path.relpath(os.path.dirname(os.path.abspath(r.paths['val'])),
+                                                     os.path.dirname(os.path.abspath(r.ckpt_path)))}}
         for path in paths:   # no links between them: a write into one file (a cp onto it, a truncation) leaves the others
             try:
                 save_checkpoint(path, contents)

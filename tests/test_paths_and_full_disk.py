@@ -82,6 +82,22 @@ def test_analyze_finds_the_checkpoints_data_from_another_directory(bigram_data, 
     assert os.path.samefile(lm.data, repo / 'data' / 'bb')
 
 
+def test_a_checkpoint_records_its_data_relative_to_itself_and_survives_moving_the_repository(tmp_path, monkeypatch,
+                                                                                                 capsys):
+    repo = tmp_path / 'repo'
+    write_dataset(str(repo / 'data' / 'x'), n_train=4000, n_val=1000)
+    monkeypatch.chdir(repo)
+    code, _, err = cli(capsys, '--dataset=x', '--out_dir=out/run', *SMALL, '--max_iters=2', '--eval_interval=2')
+    assert code == 0, err
+    recorded = torch.load(repo / 'out' / 'run' / 'ckpt.pt', weights_only=False)['data']['dir']
+    assert recorded == os.path.join('..', '..', 'data', 'x')       # no absolute path in an output file
+    moved = tmp_path / 'elsewhere'
+    os.rename(repo, moved)
+    monkeypatch.chdir(tmp_path)
+    lm = runs.load_model(str(moved / 'out' / 'run'))
+    assert os.path.samefile(lm.data, moved / 'data' / 'x')
+
+
 # ----------------------------------------------------------------------------- a full disk
 def full_disk(*args, **kwargs):
     raise RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 1728 vs 1664')
