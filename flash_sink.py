@@ -187,10 +187,11 @@ def _bwd_dkdv_block(dk, dv, k, v, Q, DO, L2, D, qT_ptrs, do_ptrs, offs_n, start_
         do = tl.load(do_ptrs + start_m * stride_ot, mask=rows[:, None], other=0.0)
         l2 = tl.load(L2 + offs_m, mask=rows, other=0.0)
         delta = tl.load(D + offs_m, mask=rows, other=0.0)
-    pT = tl.math.exp2(tl.dot(k, qT, input_precision=PRECISION) * qk_scale - l2[None, :])
-    if MASKED:
-        pT = tl.where(tl.trans(_visible(offs_m, offs_n, T, PREFIX)), pT, 0.0)
-    elif not EVEN:
+    sT = tl.dot(k, qT, input_precision=PRECISION) * qk_scale - l2[None, :]
+    if MASKED:   # masked before exp2: a hidden key's score may exceed the row's log-sum-exp (exp2 would overflow)
+        sT = tl.where(tl.trans(_visible(offs_m, offs_n, T, PREFIX)), sT, float('-inf'))
+    pT = tl.math.exp2(sT)
+    if not MASKED and not EVEN:
         pT = tl.where(rows[None, :], pT, 0.0)
     dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)
     dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
@@ -211,9 +212,10 @@ def _bwd_dq_block(dq, q, do, l2, delta, kT_ptrs, vT_ptrs, offs_m, start_n, T, PR
     else:
         kT = tl.load(kT_ptrs + start_n * stride_kt)
         vT = tl.load(vT_ptrs + start_n * stride_vt)
-    p = tl.math.exp2(tl.dot(q, kT, input_precision=PRECISION) * qk_scale - l2[:, None])
-    if MASKED:
-        p = tl.where(_visible(offs_m, offs_n, T, PREFIX), p, 0.0)
+    s = tl.dot(q, kT, input_precision=PRECISION) * qk_scale - l2[:, None]
+    if MASKED:   # masked before exp2, as in the forward (a hidden key's score may exceed the log-sum-exp)
+        s = tl.where(_visible(offs_m, offs_n, T, PREFIX), s, float('-inf'))
+    p = tl.math.exp2(s)
     dp = tl.dot(do, vT, input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
     return tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision=PRECISION)
