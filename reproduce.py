@@ -75,7 +75,7 @@ GPU_SHAPE = dict(n_layer=10, n_head=8, n_embd=512)   # config/gpt2_60m.py
 
 def gpu_rows(table, cfg):
     """The gpu scale of one row (see SCALES['gpu']): None for rows it leaves out, else its overrides: the sink
-    recipe (recipe.RECIPE: document windows, weight decay, learning rate) and the row's steps (recipe.STEPS) of
+    recipe (recipe.RECIPE: document windows, weight decay with a decoupled optimizer) and the row's steps (recipe.STEPS) of
     TOKENS_PER_STEP tokens, each row at its own context."""
     shaped = table in ('table5', 'mitigations')
     if not shaped and cfg['n_embd'] > 768:
@@ -83,7 +83,7 @@ def gpu_rows(table, cfg):
     iters = STEPS['pilot' if table == 'pilots' else 'shaped' if shaped else '60m' if cfg['n_embd'] <= 512 else '130m']
     out = dict(GPU_SHAPE) if shaped else {}
     evals = 25 if table == 'pilots' else 10                # the pilots' trajectories: a probe every 200 steps
-    out.update(recipe_overrides(table), batch_size=TOKENS_PER_STEP // cfg['block_size'], max_iters=iters,
+    out.update(recipe_overrides(table, cfg), batch_size=TOKENS_PER_STEP // cfg['block_size'], max_iters=iters,
                warmup_iters=round(0.06 * iters), lr_decay_iters=0, eval_interval=iters // evals,
                log_interval=iters // 20)
     return out
@@ -100,8 +100,8 @@ SCALES = {
         max_docs=200, batch_size=50),
     'gpu': Scale(
         "one H100 session per row (15 device minutes, two jobs of <= 10): the sink recipe of issue 27 on every row "
-        "(windows start at documents, an end-of-text token at position 0; weight decay 0.5 on matrices; lr 1e-3 "
-        "cosine to 1e-4; recipe.py, docs/reproducing.md); the rows of up to 130M parameters at their own shapes "
+        "(windows start at documents, an end-of-text token at position 0; weight decay 0.5 on matrices with "
+        "AdamW, OrthoAdam and Muon; each row's own learning rate; recipe.py, docs/reproducing.md); the rows of up to 130M parameters at their own shapes "
         "(Tables 2, 3 and 6; the 350M and 1.4B rows are left out), Table 5 and the mitigations at the 60M shape "
         "(10 layers, 8 heads of 64); 32,768 tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 11,600 "
         "steps at 60M (0.38 B tokens), 4,000 at 130M (0.13 B), 3,000 for Table 5 and the mitigations (0.10 B; SGD "

@@ -23,10 +23,13 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 def test_gpu_scale_applies_the_recipe_to_every_row_and_pilots_keep_their_levers(tmp_path):
     s = reproduce.SCALES['gpu']
     runs = reproduce.plan(['table2', 'table3', 'table5', 'table6', 'mitigations'], s, str(tmp_path))
-    assert len(runs) > 30
+    assert len(runs) > 30 and {r.cfg['optimizer'] for r in runs} >= {'adamw', 'orthoadam', 'sgd', 'rmsprop'}
     for run in runs:
         c = run.cfg
-        assert (c['windows'], c['weight_decay'], c['learning_rate'], c['min_lr']) == ('document', 0.5, 1e-3, 1e-4)
+        paper = reproduce.resolve(run.config, [])
+        wd = 0.5 if c['optimizer'] in ('adamw', 'orthoadam', 'muon') else 0.0   # SGD, RMSProp: coupled L2, kept off
+        assert (c['windows'], c['weight_decay'], c['learning_rate'], c['min_lr']) == (
+            'document', wd, paper['learning_rate'], paper['min_lr'])
         assert c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size'] == recipe.TOKENS_PER_STEP
     pilots = {r.config: r.cfg for r in reproduce.plan(['pilots'], s, str(tmp_path))}
     assert {(c['windows'], c['weight_decay']) for c in pilots.values()} == {
