@@ -1,7 +1,7 @@
 """Reproduce the paper's tables: train every row (train.py / torchrun), analyze it, quantise it, render the table.
 
     python reproduce.py table5 table2 --scale mini --jobs 2    # the CPU miniature (Bigram-Backcopy task)
-    python reproduce.py table2 --scale gpu --rows gpt2_60m     # one H100: Table 2's 60M rows in ~15 minutes
+    python reproduce.py table2 --scale gpu --rows gpt2_60m_vanilla --job_minutes 6.5 --max_jobs 1   # one H100 job
     python reproduce.py table2 table3 --nproc 8                # paper scale: each run on 8 GPUs, one at a time
     python reproduce.py table5 --jobs 8                        # paper scale: 8 single-GPU runs at once
     python reproduce.py table5 --rows orthoadam sgd            # only rows whose config name contains a word
@@ -103,8 +103,8 @@ SCALES = {
         "(windows start at documents, an end-of-text token at position 0; weight decay 0.5 on matrices with "
         "AdamW, OrthoAdam and Muon; each row's own learning rate; recipe.py, docs/reproducing.md); the rows of up to 130M parameters at their own shapes "
         "(Tables 2, 3 and 6; the 350M and 1.4B rows are left out), Table 5 and the mitigations at the 60M shape "
-        "(10 layers, 8 heads of 64); 32,768 tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 11,600 "
-        "steps at 60M (0.38 B tokens), 4,000 at 130M (0.13 B), 3,000 for Table 5 and the mitigations (0.10 B; SGD "
+        "(10 layers, 8 heads of 64); 32,768 tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 10,000 "
+        "steps at 60M (0.33 B tokens), 4,000 at 130M (0.13 B), 3,000 for Table 5 and the mitigations (0.10 B; SGD "
         "rows 8x), 3,000 for the pilots (0.10 B); 6% warmup; C4 when data/c4 is prepared, else the offline corpus "
         "in GPT-2's vocabulary (data/offline_gpt2, NOT C4)",
         row_overrides=gpu_rows, datasets=('c4', 'offline_gpt2'), expected=True,
@@ -601,6 +601,7 @@ def main(argv=None):
             for run in runs:
                 state = status(run)
                 for step, cmd in commands(run, scale, args.nproc):
+                    cmd += [f'--max_minutes={args.job_minutes:g}'] if step == 'train' and args.job_minutes else []
                     print(f"# {run.name} ({state}) {step}\n{' '.join(cmd)}")
             return
         failures = []
