@@ -192,7 +192,8 @@ def test_a_chained_row_equals_one_job_refuses_changed_data_and_a_divergence_is_r
     write_dataset(str(data), n_train=20_001, n_val=4_000, seed=1)   # the same name, other tokens
     with pytest.raises(reproduce.SweepError) as e:
         reproduce.execute(changed, scale, 1, env, False, reproduce.Chain(1e-9, 1))
-    assert 'cannot resume' in str(e.value) and 'train_tokens 20000 -> 20001' in str(e.value) and '\n' not in str(e.value)
+    message = str(e.value)
+    assert 'cannot resume' in message and 'train_tokens 20000 -> 20001' in message and '\n' not in message
 
     with open(os.path.join(chained.cfg['out_dir'], 'log.jsonl'), 'a') as f:   # as train.py logs a divergence
         f.write(json.dumps({'event': 'diverged', 'iter': 3, 'val_loss': 50.0, 'best_val_loss': 4.0,
