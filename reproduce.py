@@ -1,7 +1,7 @@
 """Reproduce the paper's tables: train every row (train.py / torchrun), analyze it, quantise it, render the table.
 
     python reproduce.py table5 table2 --scale mini --jobs 2    # the CPU miniature (Bigram-Backcopy task)
-    python reproduce.py table2 --scale gpu --rows gpt2_60m_vanilla --job_minutes 6.5 --max_jobs 1   # one H100 job
+    python reproduce.py table2 --scale gpu --rows gpt2_60m_vanilla --job_minutes 6 --max_jobs 1   # one H100 job
     python reproduce.py table2 table3 --nproc 8                # paper scale: each run on 8 GPUs, one at a time
     python reproduce.py table5 --jobs 8                        # paper scale: 8 single-GPU runs at once
     python reproduce.py table5 --rows orthoadam sgd            # only rows whose config name contains a word
