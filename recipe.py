@@ -3,7 +3,7 @@ its knobs with their evidence (RECIPE, docs/reproducing.md says the same at leng
 its log.jsonl (finished, stopped at a job's time budget, diverged), one tarball of a row's results (pack_run), and
 the check whether the vanilla and softmax-1 + OrthoAdam rows meet the issue's goal (check_goal).
 
-    python reproduce.py table2 --scale gpu --rows gpt2_60m_vanilla --job_minutes 7 --pack out/pack
+    python reproduce.py table2 --scale gpu --rows gpt2_60m_vanilla --job_minutes 6 --pack out/pack
     python reproduce.py table2 --scale gpu --rows gpt2_60m --render --goal
 """
 import io
