@@ -1,21 +1,22 @@
 """Reproduce the paper's tables: train every row (train.py / torchrun), analyze it, quantise it, render the table.
 
     python reproduce.py table5 table2 --scale mini --jobs 2    # the CPU miniature (Bigram-Backcopy task)
-    python reproduce.py table2 --scale gpu --rows gpt2_60m     # one H100: Table 2's 60M rows in ~15 minutes
+    python reproduce.py table2 --scale gpu --rows gpt2_60m_vanilla --job_minutes 6 --max_jobs 1   # one H100 job
     python reproduce.py table2 table3 --nproc 8                # paper scale: each run on 8 GPUs, one at a time
     python reproduce.py table5 --jobs 8                        # paper scale: 8 single-GPU runs at once
     python reproduce.py table5 --rows orthoadam sgd            # only rows whose config name contains a word
     python reproduce.py table5 --dry_run                       # print the commands, run nothing
     python reproduce.py table5 --render                        # tables from the results that exist
 
-Tables: table2 (main results), table3 (quantisation), table5 (ablation), table6 (sequence length), and
-mitigations (ours: the paper's fixes beside other published ones, config/mitigations/). Each row is a
+Tables: table2 (main results), table3 (quantisation), table5 (ablation), table6 (sequence length), pilots
+(issue 27's sink pilots: vanilla 60M, BOS x weight decay, config/pilots/), and mitigations (ours: the paper's
+fixes beside other published ones, config/mitigations/). Each row is a
 config file in config/<table>/ (shared settings live in the files they include); the paper's published
-numbers sit in TABLES below and are printed beside ours.
+numbers sit in paper_tables.TABLES and are printed beside ours.
 
-Scales: `paper` runs the config files as written (C4, GPUs). `gpu` fits each table into about an hour of one
-H100 (SCALES['gpu'] says how; the data, tokens per run and expected wall time are printed before anything
-runs). `mini` and `smoke` shrink every row the
+Scales: `paper` runs the config files as written (C4, GPUs). `gpu` trains every row with the sink recipe of
+issue 27 (recipe.py) at a size whose row fits one 15-minute H100 session (SCALES['gpu'] says how; the data,
+tokens per run and expected wall time are printed before anything runs). `mini` and `smoke` shrink every row the
 same way, keeping each row's differences: n_layer and the number of heads are multiplied by `depth`
 and `width` (head size kept), block_size by `seq`, and a row trains `iters` iterations times its
 schedule factor (8 for the SGD rows of Table 5, as in the paper), all with warmup `warmup` x `iters`. Scale
@@ -47,6 +48,8 @@ from dataclasses import dataclass, field, replace
 from configurator import ConfigError, load_config
 from dataset import load_meta, prepare_bigram_backcopy, prepare_offline, resolve_dataset
 from fileio import PrepareError, duration, write_json
+from paper_tables import TABLES
+from recipe import PILOT_KEYS, STEPS, TOKENS_PER_STEP, check_goal, goal_text, pack_run, recipe_overrides, run_state
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -72,14 +75,18 @@ GPU_SHAPE = dict(n_layer=10, n_head=8, n_embd=512)   # config/gpt2_60m.py
 
 
 def gpu_rows(table, cfg):
-    """The gpu scale of one row (see SCALES['gpu']): None for rows it leaves out, else its overrides."""
+    """The gpu scale of one row (see SCALES['gpu']): None for rows it leaves out, else its overrides: the sink
+    recipe (recipe.RECIPE: document windows, weight decay with a decoupled optimizer) and the row's steps
+    (recipe.STEPS) of TOKENS_PER_STEP tokens, each row at its own context."""
     shaped = table in ('table5', 'mitigations')
     if not shaped and cfg['n_embd'] > 768:
         return None                                        # 350M and 1.4B rows
-    iters = 1500 if shaped else 3200 if cfg["n_embd"] <= 512 else 2000
+    iters = STEPS['pilot' if table == 'pilots' else 'shaped' if shaped else '60m' if cfg['n_embd'] <= 512 else '130m']
     out = dict(GPU_SHAPE) if shaped else {}
-    out.update(batch_size=128 * 256 // cfg['block_size'], max_iters=iters, warmup_iters=round(0.06 * iters),
-               lr_decay_iters=0, eval_interval=iters // 10, log_interval=iters // 20)
+    evals = 25 if table == 'pilots' else 10                # the pilots' trajectories: a probe every 200 steps
+    out.update(recipe_overrides(table, cfg), batch_size=TOKENS_PER_STEP // cfg['block_size'], max_iters=iters,
+               warmup_iters=round(0.06 * iters), lr_decay_iters=0, eval_interval=iters // evals,
+               log_interval=iters // 20)
     return out
 
 
@@ -93,15 +100,17 @@ SCALES = {
                        compile=False, eval_tokens=32_768, device='cpu'),
         max_docs=200, batch_size=50),
     'gpu': Scale(
-        "one H100: the rows of up to 130M parameters at their own shapes (Tables 2, 3 and 6; the 350M and 1.4B "
-        "rows are left out), Table 5 and the mitigations at the 60M shape (10 layers, 8 heads of 64); 32,768 "
-        "tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 3,200 steps at 60M (105 M tokens), "
-        "2,000 at 130M (66 M), 1,500 for Table 5 and the mitigations (49 M; SGD rows 8x); 6% warmup; windows "
-        "start at documents (an end-of-text token at position 0); C4 when data/c4 is prepared, else the offline "
-        "corpus in GPT-2's vocabulary (data/offline_gpt2, NOT C4)",
+        "one H100 session per row (15 device minutes, two jobs of <= 10): the sink recipe of issue 27 on every row "
+        "(windows start at documents, an end-of-text token at position 0; weight decay 0.5 on matrices with "
+        "AdamW, OrthoAdam and Muon; each row's own learning rate; recipe.py, docs/reproducing.md); the rows of up "
+        "to 130M parameters at their own shapes "
+        "(Tables 2, 3 and 6; the 350M and 1.4B rows are left out), Table 5 and the mitigations at the 60M shape "
+        "(10 layers, 8 heads of 64); 32,768 tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 10,000 "
+        "steps at 60M (0.33 B tokens), 4,000 at 130M (0.13 B), 3,000 for Table 5 and the mitigations (0.10 B; SGD "
+        "rows 8x), 3,000 for the pilots (0.10 B); 6% warmup; C4 when data/c4 is prepared, else the offline corpus "
+        "in GPT-2's vocabulary (data/offline_gpt2, NOT C4)",
         row_overrides=gpu_rows, datasets=('c4', 'offline_gpt2'), expected=True,
-        overrides=dict(dataset='offline_gpt2', windows='document', gradient_accumulation_steps=1,
-                       eval_tokens=131_072, compile=True),
+        overrides=dict(dataset='offline_gpt2', gradient_accumulation_steps=1, eval_tokens=131_072, compile=True),
         max_docs=300, batch_size=8),
     'smoke': Scale(
         "seconds, for the tests: 1 layer, 1 head of 64, sequences of 16, 4 iterations",
@@ -131,140 +140,13 @@ def scaled_overrides(cfg, scale: Scale, steps: int, table=None):
         out.update(n_layer=max(1, round(cfg['n_layer'] * scale.depth)), n_head=n_head, n_embd=n_head * head)
     if scale.seq != 1:
         out['block_size'] = max(8, round(cfg['block_size'] * scale.seq))
+    if table == 'pilots':   # a pilot's own windows and weight decay are what it measures
+        out = {k: v for k, v in out.items() if k not in PILOT_KEYS}
     if scale.iters is not None:
         iters = scale.iters * steps
         out.update(max_iters=iters, warmup_iters=round(scale.iters * scale.warmup), lr_decay_iters=0,   # 21 evaluations:
                    eval_interval=max(1, iters // 20), log_interval=max(1, iters // 10))   # points of the trajectories
     return [f'--{k}={v!r}' if isinstance(v, str) else f'--{k}={v}' for k, v in out.items()]
-
-
-# ----------------------------------------------------------------------------- tables
-@dataclass
-class Row:
-    config: str                    # config/<config>.py
-    labels: tuple                  # the row's label cells, as the paper prints them
-    paper: tuple                   # the paper's numbers, in the order of the table's paper columns
-    steps: int = 1                 # schedule factor (Table 5's SGD rows train 8x longer)
-
-
-@dataclass
-class Table:
-    title: str
-    label_names: tuple
-    columns: tuple                 # (name, source 'analysis' | 'quant', key, format, in the paper?)
-    rows: list
-
-
-def _grid(size, model, n, numbers):
-    flags = {'vanilla': ('✗', '✗'), 's1': ('✓', '✗'), 'oa': ('✗', '✓'), 's1oa': ('✓', '✓')}
-    return [Row(f'table2/{size}_{v}', (model, n) + flags[v], nums) for v, nums in numbers.items()]
-
-
-T2 = ('ppl', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'first_attn_argmax')
-Q = [('full', 'quant', 'ppl.full', '.2f', True)] + [
-    (name, 'quant', f'{part}.{scheme}', '.2f', True)
-    for scheme, label in (('coarse', 'coarse'), ('moderate', 'moderate'), ('fine', 'fine'), ('zeropoint4', '4-bit'))
-    for part, name in (('ppl', label), ('delta', 'Δ'))]
-TABLES = {
-    'table2': Table(
-        "Table 2: softmax-1 and OrthoAdam in GPT-2 and Llama-2 (E_m = mean over layers)",
-        ('Model', '#Parameters', 'Softmax+1?', 'OrthoAdam?'),
-        tuple((name, 'analysis', key, fmt, True) for name, key, fmt in zip(
-            ('PPL', 'E_m[κ_m,1]', 'E_m[κ_m,>1]', 'E_m[X_m,1,d]', 'E_m[X_m,>1,d]', '%First Attn'), T2,
-            ('.1f', '.1f', '.1f', '.1f', '.1f', '.3f'))),
-        _grid('gpt2_60m', 'GPT2', '60M', {'vanilla': (31.9, 313.8, 77.9, 1856.1, 266.6, 0.489),
-                                          's1': (31.6, 105.6, 81.4, 304.9, 259.0, 0.021),
-                                          'oa': (32.4, 260.8, 10.6, 1419.9, 114.7, 0.365),
-                                          's1oa': (31.8, 7.6, 7.0, 92.8, 87.8, 0.019)})
-        + _grid('gpt2_130m', 'GPT2', '130M', {'vanilla': (22.9, 514.9, 141.5, 7018.1, 1014.8, 0.527),
-                                              's1': (22.7, 175.4, 144.2, 1134.3, 967.5, 0.024),
-                                              'oa': (23.1, 446.4, 20.2, 4285.0, 433.4, 0.424),
-                                              's1oa': (22.8, 10.1, 7.3, 318.1, 261.6, 0.019)})
-        + _grid('gpt2_350m', 'GPT2', '350M', {'vanilla': (16.4, 820.3, 161.8, 40196.0, 3801.1, 0.579),
-                                              's1oa': (16.3, 3.1, 3.1, 388.1, 333.3, 0.021)})
-        + _grid('gpt2_1.4b', 'GPT2', '1.4B', {'vanilla': (13.4, 1656.5, 351.9, 56798.3, 7051.2, 0.648),
-                                              's1oa': (13.3, 3.1, 3.0, 181.9, 132.1, 0.033)})
-        + _grid('llama2_130m', 'Llama2', '130M', {'vanilla': (17.4, 435.0, 170.0, 4622.7, 1627.4, 0.105),
-                                                  's1': (17.2, 208.2, 181.2, 1340.4, 1229.5, 0.016),
-                                                  'oa': (17.4, 435.8, 169.5, 4685.9, 1629.1, 0.103),
-                                                  's1oa': (17.3, 4.2, 6.9, 161.1, 157.0, 0.017)})),
-    'table3': Table(
-        "Table 3: perplexity under absmax int8 (coarse / moderate / fine) and zeropoint int4 weights (Δ = quantised - full)",
-        ('Model', '#Parameters', 'OA + S1?'), tuple(Q),
-        [Row(f'table2/{size}_{v}', (model, n, '✓' if v == 's1oa' else '✗'), nums) for size, model, n, v, nums in (
-            ('gpt2_60m', 'GPT2', '60M', 'vanilla', (31.88, 43.53, 11.65, 34.87, 2.99, 32.15, 0.27, 68.5, 36.6)),
-            ('gpt2_60m', 'GPT2', '60M', 's1oa', (31.83, 32.30, 0.47, 32.18, 0.35, 31.89, 0.06, 33.9, 2.1)),
-            ('gpt2_130m', 'GPT2', '130M', 'vanilla', (22.89, 46.49, 23.60, 28.31, 5.42, 23.07, 0.18, 679.9, 657.0)),
-            ('gpt2_130m', 'GPT2', '130M', 's1oa', (22.78, 23.21, 0.43, 23.10, 0.32, 22.83, 0.05, 24.0, 1.2)),
-            ('gpt2_350m', 'GPT2', '350M', 'vanilla', (16.37, 52.49, 36.12, 19.92, 3.55, 16.50, 0.13, 118507.1, 118490.7)),
-            ('gpt2_350m', 'GPT2', '350M', 's1oa', (16.31, 16.50, 0.19, 16.46, 0.15, 16.33, 0.02, 17.1, 0.8)),
-            ('gpt2_1.4b', 'GPT2', '1.4B', 'vanilla', (13.44, 45.05, 31.61, 15.19, 1.75, 13.68, 0.24, 3577.7, 3564.3)),
-            ('gpt2_1.4b', 'GPT2', '1.4B', 's1oa', (13.33, 13.45, 0.12, 13.43, 0.10, 13.34, 0.01, 13.6, 0.2)),
-            ('llama2_130m', 'Llama2', '130M', 'vanilla', (17.39, 43.61, 26.22, 24.46, 7.07, 17.69, 0.30, 21.5, 4.1)),
-            ('llama2_130m', 'Llama2', '130M', 's1oa', (17.31, 20.85, 3.54, 20.11, 2.80, 17.38, 0.07, 19.7, 2.4)))]),
-    'table5': Table(
-        "Table 5: ablation on GPT-2 130M (Kurtosis and Max Abs. Act. are E_m over the non-first tokens; "
-        "*SGD rows train 8x longer)",
-        ('Biases', 'Position Encoding', 'Normalisation', 'Optimizer', 'Softmax+1?'),
-        (('PPL', 'analysis', 'ppl', '.1f', True), ('Kurtosis', 'analysis', 'kurtosis_rest', '.1f', True),
-         ('%First Attn', 'analysis', 'first_attn_argmax', '.3f', True),
-         ('Max Abs. Act.', 'analysis', 'max_abs_rest', '.1f', True),
-         ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False)),
-        [Row(f'table5/{name}', labels, nums, 8 if name.startswith(('09', '10')) else 1) for name, labels, nums in (
-            ('01_biases', ('✓', 'Absolute', 'LayerNorm', 'Adam', '✗'), (26.9, 291.7, 0.333, 1675.9)),
-            ('02_no_biases', ('✗', 'Absolute', 'LayerNorm', 'Adam', '✗'), (26.9, 263.7, 0.308, 1104.0)),
-            ('03_pos_none', ('✗', 'None', 'LayerNorm', 'Adam', '✗'), (27.4, 283.3, 0.197, 1478.7)),
-            ('04_pos_rotary', ('✗', 'Rotary', 'LayerNorm', 'Adam', '✗'), (25.6, 391.9, 0.336, 2577.4)),
-            ('05_softmax1', ('✗', 'Absolute', 'LayerNorm', 'Adam', '✓'), (26.5, 244.7, 0.022, 648.6)),
-            ('06_rmsnorm_m', ('✗', 'Absolute', 'RMSNorm-M', 'Adam', '✓'), (26.6, 230.4, 0.026, 628.6)),
-            ('07_rmsnorm_s', ('✗', 'Absolute', 'RMSNorm-S', 'Adam', '✓'), (26.6, 140.0, 0.020, 432.0)),
-            ('08_rmsprop', ('✗', 'Absolute', 'RMSNorm-S', 'RMSProp', '✓'), (27.4, 70.5, 0.021, 302.2)),
-            ('09_sgd_momentum', ('✗', 'Absolute', 'RMSNorm-S', 'SGD w/mom*', '✓'), (25.3, 5.0, 0.019, 17.8)),
-            ('10_sgd', ('✗', 'Absolute', 'RMSNorm-S', 'SGD w/o mom*', '✓'), (33.4, 3.2, 0.017, 13.1)),
-            ('11_orthoadam', ('✗', 'Absolute', 'RMSNorm-S', 'OrthoAdam', '✓'), (26.8, 3.0, 0.022, 43.5)),
-            ('12_orthoadam_softmax', ('✗', 'Absolute', 'RMSNorm-S', 'OrthoAdam', '✗'), (27.3, 323.0, 0.231, 726.4)),
-            ('13_orthoadam_rmsnorm_m', ('✗', 'Absolute', 'RMSNorm-M', 'OrthoAdam', '✓'), (26.7, 380.9, 0.025, 737.2)),
-            ('14_orthoadam_layernorm', ('✗', 'Absolute', 'LayerNorm', 'OrthoAdam', '✓'), (26.6, 188.4, 0.023, 514.6)))]),
-    'table6': Table(
-        "Table 6: longer training sequences (absmax int8; Δ = quantised - full)",
-        ('Model Size', 'Setup'), tuple(Q[:7]),
-        [Row(f'table2/{size}_{v}' if T == 256 else f'table6/{size}_seq{T}_{v}',
-             (f'{size.split("_")[1].upper()}-{T}', 'Vanilla' if v == 'vanilla' else 'S1+OA'), nums)
-         for size, T, v, nums in (
-            ('gpt2_60m', 256, 'vanilla', (31.88, 43.53, 11.65, 34.87, 2.99, 32.15, 0.27)),
-            ('gpt2_60m', 512, 'vanilla', (32.66, 48.55, 15.89, 37.24, 4.58, 33.07, 0.41)),
-            ('gpt2_60m', 1024, 'vanilla', (33.52, 57.68, 24.16, 38.22, 4.70, 33.80, 0.28)),
-            ('gpt2_60m', 256, 's1oa', (31.93, 32.46, 0.53, 32.32, 0.39, 32.00, 0.07)),
-            ('gpt2_60m', 512, 's1oa', (31.83, 32.30, 0.06, 32.18, 0.35, 31.89, 0.47)),
-            ('gpt2_60m', 1024, 's1oa', (32.25, 32.85, 0.60, 32.73, 0.48, 32.32, 0.07)),
-            ('gpt2_130m', 256, 'vanilla', (22.89, 46.49, 23.60, 28.31, 5.42, 23.07, 0.18)),
-            ('gpt2_130m', 512, 'vanilla', (22.80, 42.34, 19.54, 28.14, 5.34, 22.98, 0.18)),
-            ('gpt2_130m', 1024, 'vanilla', (22.93, 38.78, 15.85, 29.04, 6.11, 23.16, 0.23)),
-            ('gpt2_130m', 256, 's1oa', (22.78, 23.21, 0.43, 23.10, 0.32, 22.83, 0.05)),
-            ('gpt2_130m', 512, 's1oa', (22.73, 23.16, 0.43, 23.04, 0.31, 22.79, 0.06)),
-            ('gpt2_130m', 1024, 's1oa', (23.87, 23.28, 0.41, 23.19, 0.32, 22.94, 0.07)))]),
-    'mitigations': Table(
-        "Mitigations (ours, not the paper's): published fixes of attention sinks and outlier activations on one "
-        "model, data and budget (E_m = mean over layers; first mass = attention weight on the first token; "
-        "1-Σp = weight no real token received: a sink's share, or weight clipped away, or sigmoid's unnormalised "
-        "rows; Δ = quantised - full PPL)",
-        ('Row', 'Attention', 'Optimizer'),
-        (('PPL', 'analysis', 'ppl', '.2f', False), ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False),
-         ('E_m[κ_m,>1]', 'analysis', 'kurtosis_rest', '.1f', False),
-         ('%First Attn', 'analysis', 'first_attn_argmax', '.3f', False),
-         ('First mass', 'analysis', 'first_attn_mass', '.3f', False),
-         ('1-Σp', 'analysis', 'attn_nowhere', '.3f', False),
-         ('E_m[X_m,1,d]', 'analysis', 'max_abs_first', '.1f', False),
-         ('E_m[X_m,>1,d]', 'analysis', 'max_abs_rest', '.1f', False),
-         ('Δ 4-bit ZP', 'quant', 'delta.zeropoint4', '.2f', False), ('Δ coarse int8', 'quant', 'delta.coarse', '.2f', False)),
-        [Row(f'mitigations/{name}', (name[:2], attn, opt), ()) for name, attn, opt in (
-            ('01_vanilla', 'softmax', 'Adam'), ('02_softmax1', 'softmax-1', 'Adam'),
-            ('03_clipped', 'clipped softmax', 'Adam'), ('04_gated', 'gated', 'Adam'),
-            ('05_sigmoid', 'sigmoid', 'Adam'), ('06_attn_bias', 'softmax + bias k/v', 'Adam'),
-            ('07_sink_token', 'softmax + sink token', 'Adam'), ('08_orthoadam', 'softmax', 'OrthoAdam'),
-            ('09_muon', 'softmax', 'Muon'), ('10_softmax1_orthoadam', 'softmax-1', 'OrthoAdam'),
-            ('11_clipped_orthoadam', 'clipped softmax', 'OrthoAdam'))]),
-}
 
 
 class SweepError(Exception):
@@ -464,33 +346,62 @@ def commands(run, scale: Scale, nproc):
     return cmds
 
 
-def execute(run, scale, nproc, env, echo):
+@dataclass
+class Chain:
+    job_minutes: float = 0.0       # train.py's max_minutes per job (0: one job trains the whole row)
+    max_jobs: int = 0              # training jobs this invocation may start per row (0: as many as it takes)
+
+
+def execute(run, scale, nproc, env, echo, chain=Chain()):
     """Train, analyze and quantise one run; its output goes to <run>/train.out, and to the console if echo
-    (else the latest training progress line once a minute)."""
+    (else the latest training progress line once a minute). Training is a chain of jobs (train.py
+    --init_from=auto, each stopping at chain.job_minutes with a checkpoint) until log.jsonl shows the final
+    evaluation. Returns 'done', or 'unfinished' when chain.max_jobs jobs ran and the row is not finished yet."""
     d = run.cfg['out_dir']
-    last = time.time()
     os.makedirs(d, exist_ok=True)
     write_json(os.path.join(d, 'reproduce.json'), {'config': run.config, 'overrides': run.overrides,
                                                    'identity': run.identity})
-    with open(os.path.join(d, 'train.out'), 'a') as log:
-        for step, cmd in commands(run, scale, nproc):
-            if step != 'train' and os.path.isfile(cmd[-1]):
-                continue
-            log.write(f"$ {' '.join(cmd)}\n")
-            log.flush()
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-            for line in proc.stdout:
-                log.write(line)
-                if echo:
-                    print(line, end='', flush=True)
-                elif line.startswith('iter ') and time.time() - last >= 60:
-                    last = time.time()
-                    print(f"  {run.name}: {line.strip()}", file=sys.stderr, flush=True)
-            if proc.wait() != 0:
-                raise SweepError(f"{run.name}: {step} failed (exit {proc.returncode}); see {os.path.join(d, 'train.out')}")
+    cmds = commands(run, scale, nproc)
+    train_cmd = cmds[0][1] + ([f'--max_minutes={chain.job_minutes:g}'] if chain.job_minutes else [])
+    jobs = 0
+    while run_state(d, run.cfg['max_iters'])['state'] != 'finished':
+        if chain.max_jobs and jobs >= chain.max_jobs:
+            return 'unfinished'
+        before = run_state(d, run.cfg['max_iters'])['iter']
+        _subprocess(run, 'train', train_cmd, env, echo)
+        jobs += 1
+        after = run_state(d, run.cfg['max_iters'])
+        if after['state'] == 'diverged' or (after['state'] != 'finished' and after['iter'] <= before):
+            raise SweepError(f"{run.name}: train stopped at iteration {after['iter']} without progress; see "
+                             f"{os.path.join(d, 'train.out')}")
+    for step, cmd in cmds[1:]:
+        if not os.path.isfile(cmd[-1]):
+            _subprocess(run, step, cmd, env, echo)
+    return 'done'
 
 
-def run_all(runs, scale, nproc, jobs):
+def _subprocess(run, step, cmd, env, echo):
+    """One command of a run, its output appended to train.out; a failure is a SweepError that quotes the command's
+    own error line (e.g. train.py's refusal of a resume with changed data)."""
+    path, last, error = os.path.join(run.cfg['out_dir'], 'train.out'), time.time(), ''
+    with open(path, 'a') as log:
+        log.write(f"$ {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+        for line in proc.stdout:
+            log.write(line)
+            error = line.strip() if line.startswith('error:') else error
+            if echo:
+                print(line, end='', flush=True)
+            elif line.startswith('iter ') and time.time() - last >= 60:
+                last = time.time()
+                print(f"  {run.name}: {line.strip()}", file=sys.stderr, flush=True)
+    if proc.wait() != 0:
+        raise SweepError(f"{run.name}: {step} failed (exit {proc.returncode}{': ' + error if error else ''}); "
+                         f"see {path}")
+
+
+def run_all(runs, scale, nproc, jobs, chain=Chain()):
     todo = sorted((r for r in runs if status(r) == 'todo'), key=lambda r: -r.cfg['max_iters'])   # longest first
     print(f"{len(runs)} runs, {len(runs) - len(todo)} done, {len(todo)} to do"
           + (f", {jobs} at a time" if jobs > 1 and todo else ''), file=sys.stderr)
@@ -510,7 +421,10 @@ def run_all(runs, scale, nproc, jobs):
         try:
             t = time.time()
             print(f"[start] {run.name} -> {run.cfg['out_dir']}", file=sys.stderr, flush=True)
-            execute(run, scale, nproc, env, echo=jobs == 1)
+            if execute(run, scale, nproc, env, jobs == 1, chain) == 'unfinished':
+                print(f"[unfinished] {run.name}: {chain.max_jobs} training job(s) of --job_minutes "
+                      f"{chain.job_minutes:g} ran; the same command continues it", file=sys.stderr, flush=True)
+                return
             with lock:
                 finished.append(run)
                 done, done_iters = len(finished), sum(r.cfg['max_iters'] for r in finished)
@@ -569,7 +483,7 @@ def render(name, runs, scale_name, scale: Scale):
     header = list(table.label_names)
     for col, _, _, _, paper in table.columns:
         header += [f'{col}', f'{col} (paper)'] if paper else [col]
-    lines, rows = [], []
+    lines, rows, notes = [], [], []
     run_of = {row.config: run for run in runs for tname, row in run.rows if tname == name}
     for row in table.rows:                                 # the paper's row order
         if row.config not in run_of:
@@ -583,12 +497,19 @@ def render(name, runs, scale_name, scale: Scale):
             cells.append(_cell(ours[key], fmt))
             if in_paper:
                 cells.append(_cell(paper[key], fmt))
+        state = run_state(run.cfg['out_dir'], run.cfg['max_iters'])
+        if state['state'] == 'diverged':   # reported, never dropped: its cells are what was measured before (if any)
+            e = state['event']
+            notes.append(f"config/{row.config}.py DIVERGED at iteration {e['iter']} (val loss {e['val_loss']:.4g} > "
+                         f"best {e['best_val_loss']:.4f} + ln {e['divergence_factor']:g}); its cells are empty")
+        elif state['state'] != 'finished':
+            notes.append(f"config/{row.config}.py not finished: iteration {state['iter']} of {run.cfg['max_iters']}")
         lines.append(cells)
         rows.append({'config': f'config/{row.config}.py', 'run_dir': run.cfg['out_dir'], 'labels': list(row.labels),
-                     'ours': ours, 'paper': paper})
+                     'state': state['state'], 'iter': state['iter'], 'ours': ours, 'paper': paper})
     md = [f'**{table.title}** — scale `{scale_name}`: {scale.description}.', '',
           '| ' + ' | '.join(header) + ' |', '|' + '|'.join(' --- ' for _ in header) + '|']
-    md += ['| ' + ' | '.join(c) + ' |' for c in lines]
+    md += ['| ' + ' | '.join(c) + ' |' for c in lines] + ([''] + notes if notes else [])
     doc = {'table': name, 'title': table.title, 'scale': scale_name, 'scale_description': scale.description,
            'columns': [{'name': c[0], 'key': c[2], 'paper': c[4]} for c in table.columns], 'rows': rows}
     return '\n'.join(md), doc
@@ -608,13 +529,42 @@ def draw_trajectories(name, runs, out):
     return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
 
 
+def pack(runs, folder, extra):
+    """<folder>/<run>.tar.gz for every run that has results (recipe.pack_run), with the tables' files."""
+    for run in runs:
+        try:
+            dest, size, names = pack_run(run.cfg['out_dir'], os.path.join(folder, f'{run.name}.tar.gz'), extra)
+        except ValueError as e:
+            print(f"not packed: {e}", file=sys.stderr)
+            continue
+        print(f"packed {dest}: {size / 2 ** 20:.2f} MiB, {len(names)} files", file=sys.stderr)
+
+
+def goal(runs):
+    """Print recipe.check_goal on the 60M vanilla and softmax-1 + OrthoAdam rows; True when it is met."""
+    found = {}
+    for run in runs:
+        for _, row in run.rows:
+            found.setdefault(row.config, read_results(run.cfg['out_dir']))
+    pair = [found.get(f'table2/gpt2_60m_{v}') for v in ('vanilla', 's1oa')]
+    if None in pair:
+        print("goal: needs the rows table2/gpt2_60m_vanilla and table2/gpt2_60m_s1oa (of table2 or table3)",
+              file=sys.stderr)
+        return False
+    (v, s) = pair
+    lines, ok = goal_text(check_goal(v.get('analysis'), s.get('analysis'), v.get('quant'), s.get('quant')))
+    print('\n'.join(lines))
+    return ok
+
+
 # ----------------------------------------------------------------------------- command line
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('tables', nargs='+', choices=sorted(TABLES), metavar='TABLE',
                    help=f"one or more of {', '.join(sorted(TABLES))}")
     p.add_argument('--scale', default='paper', choices=sorted(SCALES),
-                   help='paper (default), gpu (one H100, about an hour a table), mini (CPU), smoke (tests)')
+                   help='paper (default), gpu (one H100, the sink recipe, a row per 15-minute session), mini (CPU), '
+                   'smoke (tests)')
     p.add_argument('--rows', nargs='+', default=[], metavar='WORD', help='only rows whose config name contains a WORD')
     p.add_argument('--nproc', type=int, default=1, help='processes (GPUs) per training run, through torchrun')
     p.add_argument('--jobs', type=int, default=1, help='runs at once (CUDA: each gets its own --nproc GPUs)')
@@ -623,11 +573,19 @@ def main(argv=None):
     p.add_argument('--iters', type=int, help="iterations per row (x the row's schedule factor) instead of the scale's")
     p.add_argument('--dry_run', action='store_true', help='print the commands of the runs to do; run nothing')
     p.add_argument('--render', action='store_true', help='render the tables from existing results; run nothing')
+    p.add_argument('--job_minutes', type=float, default=0.0, help="train a row as a chain of jobs, each stopping "
+                   "after this many minutes of training with a checkpoint (train.py --max_minutes); 0 = one job")
+    p.add_argument('--max_jobs', type=int, default=0, help='training jobs per row in this invocation (0 = until '
+                   'the row is finished); the same command continues an unfinished row exactly')
+    p.add_argument('--pack', metavar='DIR', help="after rendering, pack each row's results and the tables' files into "
+                   "DIR/<run>.tar.gz (<= 16 MiB each: recipe.pack_run)")
+    p.add_argument('--goal', action='store_true', help="check the 60M vanilla and softmax-1 + OrthoAdam rows against "
+                   "issue 27's goal (recipe.check_goal); exit 1 when it is not met")
     p.add_argument('--allow_cpu', action='store_true', help='start the paper or gpu scale on a machine without a CUDA '
                    'GPU (days of work; without this flag such a run shows its plan and stops)')
     args = p.parse_args(argv)
-    if args.nproc < 1 or args.jobs < 1:
-        p.error('--nproc and --jobs must be >= 1')
+    if args.nproc < 1 or args.jobs < 1 or args.max_jobs < 0 or args.job_minutes < 0:
+        p.error('--nproc and --jobs must be >= 1, --max_jobs and --job_minutes >= 0')
     scale = SCALES[args.scale]
     if args.iters is not None:
         if args.iters < 1:
@@ -646,6 +604,7 @@ def main(argv=None):
             for run in runs:
                 state = status(run)
                 for step, cmd in commands(run, scale, args.nproc):
+                    cmd += [f'--max_minutes={args.job_minutes:g}'] if step == 'train' and args.job_minutes else []
                     print(f"# {run.name} ({state}) {step}\n{' '.join(cmd)}")
             return
         failures = []
@@ -659,7 +618,7 @@ def main(argv=None):
                              f"start anyway")
         if not args.render:
             ensure_data(runs)
-            failures = run_all(runs, scale, args.nproc, args.jobs)
+            failures = run_all(runs, scale, args.nproc, args.jobs, Chain(args.job_minutes, args.max_jobs))
         figures = []
         for name in args.tables:
             md, doc = render(name, runs, args.scale, scale)
@@ -671,8 +630,14 @@ def main(argv=None):
             print(md + '\n')
         print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "
               f"in {duration(time.time() - t0)}", file=sys.stderr)
+        tables = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures
+        if args.pack:
+            pack(runs, args.pack, tables)
+        met = goal(runs) if args.goal else True
         if failures:
             sys.exit(f"reproduce.py: error: {len(failures)} run(s) failed: " + '; '.join(failures))
+        if not met:
+            sys.exit("reproduce.py: the goal of issue 27 is not met (the lines above say which part)")
     except SweepError as e:
         sys.exit(f'reproduce.py: error: {e}')
 

@@ -550,15 +550,19 @@ def training_loop(r, stop, tokens_per_iter):
                 mfu_s = f" | mfu {100 * mfu:.1f}%" if mfu is not None else ''
                 print(f"iter {iter_num}/{cfg['max_iters']} | loss {loss_avg:.4f} | lr {lr:.2e} | {tok_s:,.0f} tok/s"
                       f"{mfu_s} | eta {duration(eta)}", flush=True)
-        stopping = stop['signal'] is not None
+        # a job's time budget (max_minutes) stops like a signal: a checkpoint, exit 0, the next job resumes
+        out_of_time = 0 < cfg['max_minutes'] * 60 <= time.time() - t_start and r.iter_num < cfg['max_iters']
+        stopping = stop['signal'] is not None or out_of_time
         if r.world > 1:   # every rank must agree to stop at the same iteration (one tiny all-reduce per step)
             stopping = any_rank(torch.tensor(stopping, device=device))
         if stopping:
             if any_rank(nonfinite):
                 raise TrainingError(f"non-finite loss before iteration {iter_num}; the last good checkpoint is kept")
             checkpoint(r, r.ckpt_path)
+            why = f"time budget max_minutes={cfg['max_minutes']:g} reached" if out_of_time else "signal received"
+            r.log({'event': 'stopped', 'iter': iter_num, 'reason': 'max_minutes' if out_of_time else 'signal'})
             if master:
-                print(f"signal received: checkpoint written at iteration {iter_num} to {r.ckpt_path}; "
+                print(f"{why}: checkpoint written at iteration {iter_num} to {r.ckpt_path}; "
                       f"continue with --init_from=resume")
             return {'interrupted': True, 'iter': iter_num}
     return result

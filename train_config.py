@@ -26,6 +26,7 @@ DEFAULTS = dict(
     orthoadam_rotation='hadamard', orthoadam_axes='residual', orthoadam_vocab_axis='skip', orthoadam_seed=0,
     # schedule: linear warmup, cosine decay to min_lr at lr_decay_iters (0 = max_iters of the run's start)
     max_iters=40000, warmup_iters=2000, lr_decay_iters=0, min_lr=1e-4, decay_lr=True,
+    max_minutes=0.0,   # a job's time budget: stop cleanly with a checkpoint after this many minutes (0 = off)
     # system
     device='auto', dtype='auto', compile=True, seed=1337,
 )
@@ -47,7 +48,7 @@ RANGES = dict(
     dropout='[0, 1)', causal_free_prefix='[0, inf)',
     learning_rate='(0, inf)', weight_decay='[0, inf)', beta1='[0, 1)', beta2='[0, 1)', eps='(0, inf)',
     momentum='[0, 1)', grad_clip='[0, inf)', orthoadam_seed='[0, inf)',
-    max_iters='[1, inf)', warmup_iters='[0, inf)', lr_decay_iters='[0, inf)', min_lr='[0, inf)',
+    max_iters='[1, inf)', max_minutes='[0, inf)', warmup_iters='[0, inf)', lr_decay_iters='[0, inf)', min_lr='[0, inf)',
     n_kv_head='[0, inf)', mlp_hidden='[0, inf)', rope_base='(0, inf)', norm_eps='(0, 1)',
     seed='[0, 4294967295]', clip_gamma='(-inf, 0]', clip_zeta='[1, inf)', muon_lr='(0, inf)', muon_momentum='[0, 1)',
 )
@@ -91,7 +92,10 @@ HELP = dict(
     orthoadam_rotation='OrthoAdam per-axis rotation', orthoadam_axes='OrthoAdam: rotate the residual axes or all',
     orthoadam_vocab_axis="OrthoAdam with axes='all': the embedding's vocabulary axis",
     orthoadam_seed='seed of the OrthoAdam rotations',
-    max_iters='iterations to train', warmup_iters='linear warmup iterations',
+    max_iters='iterations to train',
+    max_minutes='stop after this many minutes of training with a checkpoint (a job of a chain: the next '
+                'job resumes exactly with --init_from=auto); 0 = no limit',
+    warmup_iters='linear warmup iterations',
     lr_decay_iters='cosine reaches min_lr here (0 = max_iters when the run starts; a resume keeps it)',
     min_lr='final learning rate', decay_lr='False: constant learning_rate',
     device="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'",
@@ -104,7 +108,7 @@ HELP = dict(
 RESUME_MAY_CHANGE = {
     'out_dir', 'eval_interval', 'eval_tokens', 'log_interval', 'always_save_checkpoint', 'save_every',
     'divergence_factor', 'probe_docs', 'wandb_log', 'wandb_project', 'wandb_run_name',
-    'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'decay_lr', 'max_iters',
+    'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'decay_lr', 'max_iters', 'max_minutes',
     'weight_decay', 'beta1', 'beta2', 'eps', 'momentum', 'grad_clip', 'muon_lr', 'muon_momentum',
     'device', 'dtype', 'compile',
     'dataset',   # only its path: the data itself (meta.json's identity) must be the same, see check_resume

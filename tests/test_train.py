@@ -169,6 +169,27 @@ def test_resume_is_exact(bigram_data, tmp_path):
         assert torch.equal(a[k], b[k]), k
 
 
+def test_a_chain_of_time_limited_jobs_equals_one_run(bigram_data, tmp_path, capsys):
+    """max_minutes: every job of a chain stops at its time budget with a checkpoint, the next (init_from=auto)
+    resumes it; the chain's final weights equal an uninterrupted run's bit for bit (dropout, OrthoAdam state)."""
+    common = ('--dropout=0.1', '--optimizer=orthoadam', '--attn=softmax1', '--max_iters=6', '--lr_decay_iters=6',
+              '--gradient_accumulation_steps=2', '--probe_docs=0')
+    straight, chain = str(tmp_path / 'straight'), str(tmp_path / 'chain')
+    train.train(config(bigram_data, straight, *common))
+    jobs = 0
+    while not os.path.exists(os.path.join(chain, 'ckpt.pt')) or torch.load(
+            os.path.join(chain, 'ckpt.pt'), weights_only=False)['iter_num'] < 6:
+        jobs += 1   # a budget of ~0 minutes: each job trains one iteration, then stops
+        result = train.train(config(bigram_data, chain, *common, '--init_from=auto', '--max_minutes=1e-9'))
+        assert jobs < 10
+    assert jobs == 6 and 'val_ppl' in result and 'time budget max_minutes=1e-09 reached' in capsys.readouterr().out
+    a, b = final_weights(straight), final_weights(chain)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    events = [json.loads(line) for line in open(os.path.join(chain, 'log.jsonl'))]
+    assert [e['iter'] for e in events if e['event'] == 'stopped'] == [1, 2, 3, 4, 5]   # not at the last iteration
+    assert [e['iter'] for e in events if e['event'] == 'eval'] == [0, 6]
+
+
 @pytest.mark.parametrize('variant', [('--optimizer=orthoadam', '--attn=softmax1'),
                                      ('--optimizer=muon', '--attn=gated', '--attn_bias=True', '--sink_token=True')])
 def test_two_process_ddp_matches_single_process(bigram_data, tmp_path, variant):

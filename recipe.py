@@ -1,0 +1,157 @@
+"""The sink recipe of `reproduce.py --scale gpu` (issue 27) as data, and what a row of it needs around training:
+its knobs with their evidence (RECIPE, docs/reproducing.md says the same at length), the state of a row's run from
+its log.jsonl (finished, stopped at a job's time budget, diverged), one tarball of a row's results (pack_run), and
+the check whether the vanilla and softmax-1 + OrthoAdam rows meet the issue's goal (check_goal).
+
+    python reproduce.py table2 --scale gpu --rows gpt2_60m_vanilla --job_minutes 6 --pack out/pack
+    python reproduce.py table2 --scale gpu --rows gpt2_60m --render --goal
+"""
+import io
+import json
+import os
+import tarfile
+import tempfile
+
+from fileio import disk_full, disk_full_text
+
+# Every knob: (config key, value, evidence). sink-recipe.md (the science notes) holds the sources; G = Gu et al.,
+# ICLR 2025 (60M LLaMA, share of heads whose first-token mass > 0.3), B = Bondarenko et al., NeurIPS 2023.
+RECIPE = (
+    ('windows', 'document', "a fixed first token in every window: G Table 10, 74.1% vs 18.2% (random first token "
+                            "27.0%); here the eot that precedes a document, so every window starts with it"),
+    ('weight_decay', 0.5, "G Table 2: wd 0 -> 15.2%, 0.1 -> 18.2%, 0.5 -> 41.1%, 1.0 -> 37.7%, 2.0 -> 6.1%; on "
+                          "matrices only (optimizers.configure_optimizer: >= 2-D parameters decay, norm gains and "
+                          "biases do not; B: decaying LayerNorm gains cut OPT's max |x| from 340 to 88)"),
+    ('learning_rate', None, "G Table 9: lr 8e-4 -> 32.2%, 4e-4 -> 18.2%, 1e-4 -> 2.9%; the row's own stays: the "
+                            "paper's 1e-3 with cosine to 1e-4 (config/paper_common.py) is already at the top of that "
+                            "range, and Table 5's SGD rows need their own"),
+)
+RECIPE_KEYS = tuple(k for k, _, _ in RECIPE)
+# what the pilots vary themselves (config/pilots/): the scale leaves these keys as the pilot's config sets them
+PILOT_KEYS = ('windows', 'weight_decay')
+TOKENS_PER_STEP = 32_768   # 128 x 256 (Table 6: 64 x 512, 32 x 1024), as the H100 miniature of the README
+# The GPU sessions this project gets hold one H100 for 15 minutes (the machine's start included), one command for
+# at most 10, and nothing survives a session but files of <= 16 MiB: a row is trained, measured and packed in one
+# session, as two jobs on the warm machine (docs/reproducing.md, "The GPU plan"). The H100 trained the 60M rows at
+# 0.71-0.84 M tokens/s (../shared/gpu-reports/2026-11-23-h100.md), so 10,000 steps (0.33 B tokens) take 6.5-7.7
+# minutes; a pilot's 3,000 steps (0.10 B) about 2.
+STEPS = {'60m': 10_000, '130m': 4_000, 'shaped': 3_000, 'pilot': 3_000}
+PACK_LIMIT = 16 * 2 ** 20   # bytes: what one file back from the device machine may hold
+PACK_FILES = ('analysis.json', 'quant.json', 'log.jsonl', 'reproduce.json', 'config.json', 'train.out')
+
+
+# decoupled weight decay (theta *= 1 - lr * wd): the optimizers where wd 0.5 means what Gu et al. measured. RMSProp's
+# and SGD's is torch's coupled L2 term, which at their learning rates would be another experiment: those rows keep 0.
+DECOUPLED = ('adamw', 'orthoadam', 'muon')
+
+
+def recipe_overrides(table, cfg):
+    """The recipe's config keys for a row of `table` whose resolved config is `cfg` (None values: the row's own;
+    the pilots keep the keys they vary; weight decay only with a DECOUPLED optimizer)."""
+    return {k: v for k, v, _ in RECIPE if v is not None and not (table == 'pilots' and k in PILOT_KEYS)
+            and not (k == 'weight_decay' and cfg['optimizer'] not in DECOUPLED)}
+
+
+# ----------------------------------------------------------------------------- a row's state
+def run_state(run_dir, max_iters):
+    """What log.jsonl says of a row's training: {'state': 'finished' | 'stopped' | 'diverged' | 'started' | 'none',
+    'iter': the last iteration logged, and for 'diverged' the event}. 'finished' = an evaluation at max_iters."""
+    path = os.path.join(run_dir, 'log.jsonl')
+    if not os.path.isfile(path):
+        return {'state': 'none', 'iter': 0}
+    last, state = {}, {'state': 'started', 'iter': 0}
+    with open(path) as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:   # a line cut by a kill: the next job rewrites what it meant
+                continue
+            if not isinstance(e, dict) or 'iter' not in e:
+                continue
+            last = e
+            state['iter'] = max(state['iter'], e['iter'])
+            if e.get('event') == 'diverged':
+                state = {'state': 'diverged', 'iter': e['iter'], 'event': e}
+            elif e.get('event') == 'eval' and e['iter'] >= max_iters:
+                state = {'state': 'finished', 'iter': e['iter']}
+    if state['state'] == 'started' and last.get('event') == 'stopped':
+        state['state'] = 'stopped'
+    return state
+
+
+# ----------------------------------------------------------------------------- packing
+def pack_run(run_dir, dest, extra=(), limit=PACK_LIMIT):
+    """<dest>: one .tar.gz of a row's results (PACK_FILES that exist, every .png of the folder, and `extra` paths),
+    named inside as <row>/<file>. Written to a temporary file and renamed: an existing dest is replaced only by a
+    complete pack. ValueError (one line) when nothing is there to pack, the pack exceeds `limit` bytes, or the
+    disk is full; the run folder is never changed. Returns (dest, size, names)."""
+    row = os.path.basename(os.path.normpath(run_dir))
+    files = [os.path.join(run_dir, f) for f in PACK_FILES if os.path.isfile(os.path.join(run_dir, f))]
+    files += sorted(os.path.join(run_dir, f) for f in os.listdir(run_dir) if f.endswith('.png')) if os.path.isdir(
+        run_dir) else []
+    files += [p for p in extra if os.path.isfile(p)]
+    if not any(os.path.basename(p) in ('analysis.json', 'log.jsonl') for p in files):
+        raise ValueError(f"{run_dir} holds no analysis.json or log.jsonl to pack: train the row first")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w:gz') as tar:
+        for p in files:
+            tar.add(p, arcname=f'{row}/{os.path.basename(p)}')
+    data = buf.getvalue()
+    if len(data) > limit:
+        big = max(files, key=os.path.getsize)
+        raise ValueError(f"the pack of {run_dir} would be {len(data) / 2 ** 20:.1f} MiB > {limit / 2 ** 20:.0f} MiB "
+                         f"(largest file {big}, {os.path.getsize(big) / 2 ** 20:.1f} MiB): log less often "
+                         f"(--log_interval) or leave it out")
+    folder = os.path.dirname(os.path.abspath(dest))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix='.pack.', delete=False) as f:
+            f.write(data)
+        os.replace(f.name, dest)
+    except OSError as e:
+        if disk_full(e):
+            raise ValueError(disk_full_text(dest)) from None
+        raise ValueError(f"cannot write {dest} ({e.strerror}); choose another --pack folder") from None
+    return dest, len(data), [f'{row}/{os.path.basename(p)}' for p in files]
+
+
+# ----------------------------------------------------------------------------- the goal of issue 27
+GOAL_RATIO = 5.0      # vanilla's quantisation penalty at least this many times softmax-1 + OrthoAdam's
+GOAL_FLOOR = 0.01     # PPL: a penalty below this counts as this much (a ratio to ~0 means nothing)
+
+
+def check_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
+    """Whether the vanilla and softmax-1 + OrthoAdam rows meet issue 27's goal. vanilla, s1oa: analyze.py --json
+    results (ppl, kurtosis_first, kurtosis_rest, first_attn_argmax); *_quant: eval_quant.py's model entry (its
+    'delta' per scheme), or None to leave the quantisation criteria out. Returns [(criterion, value, ok)] with ok
+    None where a value is missing."""
+    def get(d, *keys):
+        for k in keys:
+            d = d.get(k) if isinstance(d, dict) else None
+        return d if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+
+    def crit(name, value, test):
+        return (name, value, None if value is None else bool(test(value)))
+
+    out = [crit('vanilla first_attn_argmax >= 0.30', get(vanilla, 'first_attn_argmax'), lambda v: v >= 0.30),
+           crit('vanilla E_m kurtosis first >= 50', get(vanilla, 'kurtosis_first'), lambda v: v >= 50),
+           crit('s1+OA first_attn_argmax <= 0.05', get(s1oa, 'first_attn_argmax'), lambda v: v <= 0.05)]
+    k = [get(s1oa, 'kurtosis_first'), get(s1oa, 'kurtosis_rest')]
+    out.append(crit('s1+OA E_m kurtosis first and rest <= 5', None if None in k else max(k), lambda v: v <= 5))
+    pv, ps = get(vanilla, 'ppl'), get(s1oa, 'ppl')
+    out.append(crit('s1+OA PPL within 2% of vanilla (ratio)', None if None in (pv, ps) else ps / pv,
+                    lambda v: v <= 1.02))
+    if vanilla_quant is not None or s1oa_quant is not None:
+        for scheme in ('coarse', 'zeropoint4'):   # per-tensor absmax W8A8, and 4-bit zeropoint weights
+            dv, ds = get(vanilla_quant, 'delta', scheme), get(s1oa_quant, 'delta', scheme)
+            ratio = None if None in (dv, ds) else dv / max(ds, GOAL_FLOOR)
+            out.append(crit(f'{scheme} dPPL vanilla / s1+OA >= {GOAL_RATIO:g}', ratio, lambda v: v >= GOAL_RATIO))
+    return out
+
+
+def goal_text(results):
+    """check_goal's result as lines, then one verdict line."""
+    lines = [f"{'met' if ok else 'MISSING' if ok is None else 'not met'}: {name}"
+             + ('' if value is None else f" ({value:.4g})") for name, value, ok in results]
+    verdict = all(ok for _, _, ok in results)
+    return lines + [f"goal of issue 27: {'met' if verdict else 'not met'}"], verdict

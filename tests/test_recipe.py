@@ -1,0 +1,208 @@
+"""The sink recipe of issue 27 (recipe.py) and how reproduce.py runs it: every gpu-scale row gets it, weight decay
+reaches matrices only, a row trains as a chain of jobs that equals one run and refuses changed data in one line,
+a diverged row is reported under the table, a row's results pack into one tarball within the size limit, and the
+goal checker judges synthetic result files."""
+import io
+import json
+import os
+import tarfile
+
+import pytest
+import torch
+
+import recipe
+import reproduce
+from conftest import write_dataset
+from model import GPT, GPTConfig
+from optimizers import configure_optimizer
+from train_config import DEFAULTS
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+def test_gpu_scale_applies_the_recipe_to_every_row_and_pilots_keep_their_levers(tmp_path):
+    s = reproduce.SCALES['gpu']
+    runs = reproduce.plan(['table2', 'table3', 'table5', 'table6', 'mitigations'], s, str(tmp_path))
+    assert len(runs) > 30 and {r.cfg['optimizer'] for r in runs} >= {'adamw', 'orthoadam', 'sgd', 'rmsprop'}
+    for run in runs:
+        c = run.cfg
+        paper = reproduce.resolve(run.config, [])
+        wd = 0.5 if c['optimizer'] in ('adamw', 'orthoadam', 'muon') else 0.0   # SGD, RMSProp: coupled L2, kept off
+        assert (c['windows'], c['weight_decay'], c['learning_rate'], c['min_lr']) == (
+            'document', wd, paper['learning_rate'], paper['min_lr'])
+        assert c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size'] == recipe.TOKENS_PER_STEP
+    pilots = {r.config: r.cfg for r in reproduce.plan(['pilots'], s, str(tmp_path))}
+    assert {(c['windows'], c['weight_decay']) for c in pilots.values()} == {
+        (w, d) for w in ('random', 'document') for d in (0.1, 0.5)}
+    assert pilots['pilots/bos1_wd05']['windows'] == 'document' and pilots['pilots/bos0_wd01']['weight_decay'] == 0.1
+    for c in pilots.values():   # vanilla 60M otherwise, probed at 25 evaluations
+        assert (c['n_layer'], c['n_embd'], c['attn'], c['optimizer']) == (10, 512, 'softmax', 'adamw')
+        assert c['learning_rate'] == 1e-3 and c['max_iters'] // c['eval_interval'] == 25 and c['probe_docs'] == 32
+    mini = {r.config: r.cfg for r in reproduce.plan(['pilots'], reproduce.SCALES['mini'], str(tmp_path))}
+    assert {(c['windows'], c['weight_decay']) for c in mini.values()} == set(
+        (c['windows'], c['weight_decay']) for c in pilots.values())   # the mini scale's windows do not override
+
+
+def test_weight_decay_shrinks_matrices_and_never_norm_gains_biases():
+    """One AdamW step with zero gradients (lr 0.1, wd 0.5): a decayed parameter is multiplied by 1 - lr * wd, a
+    parameter without decay is unchanged. Every >= 2-D parameter decays (matrices and embeddings, as nanoGPT),
+    no 1-D parameter (LayerNorm gains and biases)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=64, bias=True))
+    cfg = dict(DEFAULTS, learning_rate=0.1, weight_decay=0.5, optimizer='adamw')
+    opt = configure_optimizer(model, cfg, 'cpu')
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    decayed = {n for n, p in model.named_parameters() if torch.allclose(p, before[n] * 0.95, atol=1e-7)
+               and not torch.equal(p, before[n])}
+    kept = {n for n, p in model.named_parameters() if torch.equal(p, before[n])}
+    assert decayed | kept == set(before) and not decayed & kept
+    assert decayed == {n for n, p in model.named_parameters() if p.dim() >= 2}
+    assert any('ln' in n and n.endswith('weight') for n in kept) and any(n.endswith('bias') for n in kept)
+
+
+def test_run_state_reads_finished_stopped_and_diverged(tmp_path):
+    def state(*events):
+        d = tmp_path / str(len(list(tmp_path.iterdir())))
+        d.mkdir()
+        (d / 'log.jsonl').write_text(''.join(json.dumps(e) + '\n' for e in events) + '{"event": "tra')   # a cut line
+        return recipe.run_state(str(d), 10)
+
+    assert recipe.run_state(str(tmp_path / 'none'), 10) == {'state': 'none', 'iter': 0}
+    assert state({'event': 'eval', 'iter': 0}, {'event': 'train', 'iter': 3}, {'event': 'stopped', 'iter': 3}) == {
+        'state': 'stopped', 'iter': 3}
+    assert state({'event': 'eval', 'iter': 0}, {'event': 'train', 'iter': 3})['state'] == 'started'
+    assert state({'event': 'stopped', 'iter': 3}, {'event': 'eval', 'iter': 10})['state'] == 'finished'
+    d = state({'event': 'eval', 'iter': 5}, {'event': 'diverged', 'iter': 5, 'val_loss': 9.0})
+    assert d['state'] == 'diverged' and d['event']['val_loss'] == 9.0
+
+
+def _run_dir(tmp_path, log_bytes=100):
+    d = tmp_path / 'runs' / 'table2-gpt2_60m_vanilla'
+    d.mkdir(parents=True)
+    (d / 'analysis.json').write_text('{"ppl": 6.0}')
+    (d / 'log.jsonl').write_bytes(os.urandom(log_bytes))    # incompressible: the pack's size is the file's
+    (d / 'ckpt.pt').write_bytes(b'weights, never packed')
+    (d / 'trajectories.png').write_bytes(b'\x89PNG fake')
+    return d
+
+
+def test_pack_holds_the_results_and_not_the_checkpoint(tmp_path):
+    d = _run_dir(tmp_path)
+    extra = tmp_path / 'table2.md'
+    extra.write_text('| table |')
+    dest, size, names = recipe.pack_run(str(d), str(tmp_path / 'pack' / 'row.tar.gz'), [str(extra)])
+    assert size == os.path.getsize(dest) and size <= recipe.PACK_LIMIT
+    with tarfile.open(dest) as tar:
+        got = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    row = 'table2-gpt2_60m_vanilla'
+    assert set(got) == set(names) == {f'{row}/analysis.json', f'{row}/log.jsonl', f'{row}/trajectories.png',
+                                      f'{row}/table2.md'}
+    assert got[f'{row}/log.jsonl'] == (d / 'log.jsonl').read_bytes() and got[f'{row}/table2.md'] == b'| table |'
+
+
+def test_pack_over_the_limit_is_refused_and_the_old_pack_kept(tmp_path):
+    d = _run_dir(tmp_path, log_bytes=20_000)
+    dest = tmp_path / 'row.tar.gz'
+    dest.write_bytes(b'an earlier pack')
+    with pytest.raises(ValueError) as e:
+        recipe.pack_run(str(d), str(dest), limit=10_000)
+    assert '> 0 MiB' in str(e.value) or 'MiB >' in str(e.value)
+    assert 'log.jsonl' in str(e.value) and '\n' not in str(e.value)
+    assert dest.read_bytes() == b'an earlier pack' and not [p for p in tmp_path.iterdir() if p.name.startswith('.pack')]
+    recipe.pack_run(str(d), str(dest), limit=30_000)   # under a limit just above it: packed
+    with pytest.raises(ValueError, match='holds no analysis.json or log.jsonl'):
+        recipe.pack_run(str(tmp_path / 'empty'), str(tmp_path / 'x.tar.gz'))
+
+
+GOOD_V = {'ppl': 30.0, 'kurtosis_first': 120.0, 'kurtosis_rest': 40.0, 'first_attn_argmax': 0.41}
+GOOD_S = {'ppl': 30.3, 'kurtosis_first': 3.2, 'kurtosis_rest': 3.1, 'first_attn_argmax': 0.02}
+GOOD_QV = {'delta': {'coarse': 2.0, 'zeropoint4': 8.0}}
+GOOD_QS = {'delta': {'coarse': 0.1, 'zeropoint4': 0.5}}
+
+
+@pytest.mark.parametrize('change, failing', [
+    ((), None),
+    (('v', 'first_attn_argmax', 0.063), 'vanilla first_attn_argmax'),   # the H100 miniature of the README
+    (('v', 'kurtosis_first', 49.9), 'vanilla E_m kurtosis first'),
+    (('s', 'first_attn_argmax', 0.051), 's1+OA first_attn_argmax'),
+    (('s', 'kurtosis_rest', 7.0), 's1+OA E_m kurtosis'),
+    (('s', 'ppl', 30.0 * 1.021), 's1+OA PPL within 2%'),
+    (('qs', 'coarse', 0.41), 'coarse dPPL'),                           # 2.0 / 0.41 < 5
+    (('qv', 'zeropoint4', 2.4), 'zeropoint4 dPPL'),                    # 2.4 / 0.5 < 5
+])
+def test_goal_checker_fails_exactly_the_criterion_that_is_missed(change, failing):
+    parts = {'v': dict(GOOD_V), 's': dict(GOOD_S), 'qv': json.loads(json.dumps(GOOD_QV)),
+             'qs': json.loads(json.dumps(GOOD_QS))}
+    if change:
+        part, key, value = change
+        (parts[part]['delta'] if part.startswith('q') else parts[part])[key] = value
+    results = recipe.check_goal(parts['v'], parts['s'], parts['qv'], parts['qs'])
+    assert len(results) == 7
+    failed = [name for name, _, ok in results if not ok]
+    assert failed == ([] if failing is None else [n for n in failed if n.startswith(failing)])
+    assert len(failed) == (0 if failing is None else 1)
+    lines, verdict = recipe.goal_text(results)
+    assert verdict is (failing is None) and lines[-1].endswith('met')
+
+
+def test_goal_checker_on_missing_values_and_a_zero_penalty():
+    results = recipe.check_goal({'ppl': 30.0}, GOOD_S)
+    assert [ok for _, _, ok in results] == [None, None, True, True, True]   # no quantisation criteria asked for
+    lines, verdict = recipe.goal_text(results)
+    assert not verdict and lines[0].startswith('MISSING: vanilla first_attn_argmax')
+    q = recipe.check_goal(GOOD_V, GOOD_S, GOOD_QV, {'delta': {'coarse': -0.02, 'zeropoint4': 0.0}})
+    assert q[-2][1] == pytest.approx(2.0 / recipe.GOAL_FLOOR) and q[-1][2] is True
+
+
+@pytest.fixture(scope='module')
+def small(tmp_path_factory):
+    return write_dataset(str(tmp_path_factory.mktemp('data') / 'small'), n_train=20_000, n_val=4_000)
+
+
+def test_a_chained_row_equals_one_job_refuses_changed_data_and_a_divergence_is_reported(small, tmp_path, capsys):
+    """reproduce.execute with job_minutes ~0 and max_jobs 1: each call trains one iteration and says the row is
+    unfinished; the finished chain's weights equal a one-job row's. A row whose data changed between jobs is
+    refused with train.py's one line naming the change. A diverged row stays in the table with a note."""
+    scale = reproduce.SCALES['smoke']
+
+    def row(out):
+        (run,) = reproduce.plan(['table2'], scale, str(out), ['gpt2_60m_vanilla'], small)
+        return run
+
+    one, chained = row(tmp_path / 'one'), row(tmp_path / 'chain')
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    assert reproduce.execute(one, scale, 1, env, False) == 'done'
+    calls = 0
+    while reproduce.execute(chained, scale, 1, env, False, reproduce.Chain(1e-9, 1)) == 'unfinished':
+        calls += 1
+        assert calls < 8
+    assert calls == chained.cfg['max_iters'] - 1   # one iteration per job; the last job also evaluates and measures
+    a, b = (torch.load(os.path.join(r.cfg['out_dir'], 'ckpt.pt'), weights_only=False)['model'] for r in (one, chained))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert json.load(open(os.path.join(one.cfg['out_dir'], 'analysis.json')))['ppl'] == json.load(
+        open(os.path.join(chained.cfg['out_dir'], 'analysis.json')))['ppl']
+
+    data = tmp_path / 'data'
+    write_dataset(str(data), n_train=20_000, n_val=4_000)
+    (changed,) = reproduce.plan(['table2'], scale, str(tmp_path / 'changed'), ['gpt2_60m_vanilla'], str(data))
+    assert reproduce.execute(changed, scale, 1, env, False, reproduce.Chain(1e-9, 1)) == 'unfinished'
+    write_dataset(str(data), n_train=20_001, n_val=4_000, seed=1)   # the same name, other tokens
+    with pytest.raises(reproduce.SweepError) as e:
+        reproduce.execute(changed, scale, 1, env, False, reproduce.Chain(1e-9, 1))
+    message = str(e.value)
+    assert 'cannot resume' in message and 'train_tokens 20000 -> 20001' in message and '\n' not in message
+
+    with open(os.path.join(chained.cfg['out_dir'], 'log.jsonl'), 'a') as f:   # as train.py logs a divergence
+        f.write(json.dumps({'event': 'diverged', 'iter': 3, 'val_loss': 50.0, 'best_val_loss': 4.0,
+                            'divergence_factor': 10.0}) + '\n')
+    with open(os.path.join(one.cfg['out_dir'], 'analysis.json'), 'w') as f:
+        f.write('{"ppl": 1')   # cut short
+    md, doc = reproduce.render('table2', [chained], 'smoke', scale)
+    assert 'config/table2/gpt2_60m_vanilla.py DIVERGED at iteration 3 (val loss 50 > best 4.0000' in md
+    assert doc['rows'][0]['state'] == 'diverged'
+    md, doc = reproduce.render('table2', [one], 'smoke', scale)
+    assert f"{os.path.join(one.cfg['out_dir'], 'analysis.json')} cannot be read" in capsys.readouterr().err
+    assert doc['rows'][0]['ours']['ppl'] is None and doc['rows'][0]['state'] == 'finished'
