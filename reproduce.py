@@ -311,6 +311,24 @@ def describe(runs, scale: Scale):
     return lines
 
 
+CPU_FLOPS = 100e9   # more than a laptop's cores sustain in training, so a time from it is a lower bound
+
+
+def cpu_bound(run):
+    """(tokens, seconds at least) of a run on a CPU: 6 FLOPs per parameter and token at CPU_FLOPS, parameters
+    counted as 12 L d^2 for the blocks plus a GPT-2 vocabulary's embedding (the data may not be prepared yet)."""
+    c = run.cfg
+    tokens = c['max_iters'] * c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size']
+    params = 12 * c['n_layer'] * c['n_embd'] ** 2 + 50257 * c['n_embd']
+    return tokens, 6 * params * tokens / CPU_FLOPS
+
+
+def span(seconds):
+    """duration() for the long times of a refusal: years or days where hours would be unreadable."""
+    days = seconds / 86400
+    return f"{days / 365.25:,.0f} years" if days >= 730 else f"{days:,.0f} days" if days >= 2 else duration(seconds)
+
+
 # ----------------------------------------------------------------------------- running
 def status(run):
     """'done' when every result the run's rows need exists for this training config, 'todo' when some is
@@ -610,12 +628,14 @@ def main(argv=None):
         failures = []
         if not args.render and args.scale in ('paper', 'gpu') and not args.allow_cpu and not _cuda():
             todo = [r for r in runs if status(r) == 'todo']
-            tokens = sum(r.cfg['max_iters'] * r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps']
-                         * r.cfg['block_size'] for r in todo)
-            raise SweepError(f"--scale {args.scale} trains {len(todo)} run(s), {tokens / 1e6:,.0f} M tokens, sized for "
-                             f"GPUs (the plan above); this machine has no CUDA GPU, where that takes days: use --scale "
-                             f"mini (the CPU miniature, minutes), --dry_run to see the commands, or --allow_cpu to "
-                             f"start anyway")
+            est = {r.name: cpu_bound(r) for r in todo}
+            print('\n'.join(f"  {name}: {tokens / 1e6:,.0f} M tokens, at least {span(sec)} on this CPU"
+                             for name, (tokens, sec) in est.items()), file=sys.stderr)
+            total = sum(sec for _, sec in est.values())
+            raise SweepError(f"--scale {args.scale} trains {len(todo)} run(s) sized for GPUs, at least "
+                             f"{span(total)} here (6 x params x tokens FLOPs at an optimistic {CPU_FLOPS / 1e9:g} "
+                             f"GFLOP/s; the plan above); this machine has no CUDA GPU: use --scale mini (the CPU "
+                             f"miniature, minutes), --dry_run to see the commands, or --allow_cpu to start anyway")
         if not args.render:
             ensure_data(runs)
             failures = run_all(runs, scale, args.nproc, args.jobs, Chain(args.job_minutes, args.max_jobs))

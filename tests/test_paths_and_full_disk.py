@@ -205,7 +205,19 @@ def test_paper_scale_on_a_cpu_only_machine_shows_the_plan_and_refuses(tmp_path, 
         reproduce.main(['table2', '--rows', 'gpt2_60m', '--out', str(tmp_path)])
     err = capsys.readouterr().err
     assert 'data:' in err                                                 # the plan came first
+    assert err.count('M tokens, at least') == 4, err                      # each of the 4 runs with its time
     assert 'no CUDA GPU' in str(e.value.code) and '--allow_cpu' in str(e.value.code)
+    assert 'years here' in str(e.value.code)                              # 60M on ~40B tokens each: years on a CPU
+
+
+def test_the_cpu_time_bound_by_hand():
+    from types import SimpleNamespace
+    run = SimpleNamespace(cfg=dict(max_iters=10, batch_size=2, gradient_accumulation_steps=1, block_size=8,
+                                   n_layer=2, n_embd=4))
+    tokens, seconds = reproduce.cpu_bound(run)
+    assert tokens == 160 and seconds == pytest.approx(6 * (12 * 2 * 16 + 50257 * 4) * 160 / 100e9)
+    assert reproduce.span(3 * 86400) == '3 days' and reproduce.span(800 * 86400) == '2 years'
+    assert reproduce.span(90) == '1m30s'
 
 
 def test_analyze_says_why_its_ppl_is_not_train_pys(bigram_data, tmp_path, capsys):
