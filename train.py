@@ -615,7 +615,7 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
         result = training_loop(r, stop, tokens_per_iter)
     if world > 1:   # no rank tears down its process group while another still writes the checkpoint
         dist.barrier()
-        print(fsdp.peak_memory_text(rank, device_type, device), flush=True)
+    print(fsdp.peak_memory_text(rank, device_type, device), flush=True)   # every rank
     result['ckpt'] = r.ckpt_path
     return result
 

@@ -63,14 +63,15 @@ def test_shard_axes_keep_orthoadam_rotations_whole():
     assert fsdp.shard_axis((64, 256), dict(cfg, optimizer='adamw'), 'x', 2) == 0
 
 
-@pytest.mark.parametrize('optimizer', ['adamw', 'orthoadam'])
+@pytest.mark.parametrize('optimizer', ['adamw', 'orthoadam', 'orthoadam --norm=rmsnorm_single --bias=False --attn=softmax1'])
 def test_fsdp_on_two_ranks_matches_one_process(bigram_data, tmp_path, optimizer):
     """Same global batch: the 2 ranks each take one of the 2 micro-batches; gradients are reduce-scattered instead of
     summed in one process, so weights agree to float32 rounding (not bit for bit: the summation order differs)."""
     one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
-    r1 = run_cli('train.py', *tiny(bigram_data, one, f'--optimizer={optimizer}'))
+    args = f'--optimizer={optimizer}'.split()   # the paper's GPT-2: one-element RMSNorm scales (a shard is empty)
+    r1 = run_cli('train.py', *tiny(bigram_data, one, *args))
     assert r1.returncode == 0, r1.stderr
-    r2 = ranks(2, 'train.py', *tiny(bigram_data, two, f'--optimizer={optimizer}', '--fsdp=True'))
+    r2 = ranks(2, 'train.py', *tiny(bigram_data, two, *args, '--fsdp=True'))
     assert 'peak memory rank 0: ' in r2.stdout and 'peak memory rank 1: ' in r2.stdout
     a, b = ckpt(one), ckpt(two)
     assert b['optimizer'] is None and b['sharded'] == {'dir': 'ckpt.dcp-4', 'world': 2}
