@@ -37,6 +37,11 @@ update is torch's fused AdamW kernel on CPU and CUDA (on the spare buffer with l
 which zeroes it and subtracts m̂/(sqrt(v̂)+eps) in one pass). Workspace: two fp32 buffers the size of the
 largest stack, handed back to the CUDA caching allocator after each step and kept between steps on CPU.
 
+FSDP2 (fsdp.py: DTensor parameters, each rank holding a shard). A shard cut along an axis Q does not rotate holds
+whole rotated fibres: it takes the paths above on its local tensor, which is Algorithm 1 on those rows. A parameter
+cut along a rotated axis takes _gathered_step: the full gradient rotated on every rank, the moments kept as shards of
+the rotated-basis moments, s̄ gathered for Qᵀ s̄. Either way the update equals one process's (tests/test_fsdp.py).
+
 Usage:
     opt = OrthoAdam(model.named_parameters(), lr=1e-3, weight_decay=0.1)
     loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
