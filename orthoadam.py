@@ -37,6 +37,11 @@ update is torch's fused AdamW kernel on CPU and CUDA (on the spare buffer with l
 which zeroes it and subtracts m̂/(sqrt(v̂)+eps) in one pass). Workspace: two fp32 buffers the size of the
 largest stack, handed back to the CUDA caching allocator after each step and kept between steps on CPU.
 
+FSDP2 (fsdp.py: DTensor parameters, each rank holding a shard). A shard cut along an axis Q does not rotate holds
+whole rotated fibres: it takes the paths above on its local tensor, which is Algorithm 1 on those rows. A parameter
+cut along a rotated axis takes _gathered_step: the full gradient rotated on every rank, the moments kept as shards of
+the rotated-basis moments, s̄ gathered for Qᵀ s̄. Either way the update equals one process's (tests/test_fsdp.py).
+
 Usage:
     opt = OrthoAdam(model.named_parameters(), lr=1e-3, weight_decay=0.1)
     loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
@@ -161,6 +166,50 @@ def axis_factor(n, rotation, generator):
     return signs, mats
 
 
+def rotated_axes(shape, group):
+    """The axes of a parameter of this (global) shape that a param group's Q rotates: size > 1, not skipped, and of
+    size residual_dim when axes='residual'. fsdp.py shards a parameter along an axis outside this set."""
+    skip = {a % max(len(shape), 1) for a in group["skip_axes"]}
+    rotates = group["rotation"] != "identity" and group["axes"] != "none"
+    return tuple(a for a, n in enumerate(shape) if rotates and n > 1 and a not in skip
+                 and (group["axes"] == "all" or n == group["residual_dim"]))
+
+
+def local(t):
+    """A DTensor's shard on this rank (FSDP2), any other tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def shard_axis(t):
+    """The axis a DTensor is sharded along (FSDP2: one mesh dimension, Shard(axis)), None for a plain tensor."""
+    placements = getattr(t, "placements", ())
+    return next((pl.dim for pl in placements if hasattr(pl, "dim")), None)
+
+
+def adam_direction(s, g_bar, exp_avgs, exp_avg_sqs, steps, group, written):
+    """Adam's moments in the rotated basis from the stack g_bar = Q G, and s = -m̂/(sqrt(v̂)+eps) written into the
+    stack s. written=False: s may hold stale workspace and is zeroed first."""
+    beta1, beta2 = group["betas"]
+    device = s.device
+    if device.type in FUSED_ADAM_DEVICES:
+        # s = s·(1 - 1·1) - 1·m̂/(sqrt(v̂)+eps) = -m̂/(sqrt(v̂)+eps): torch's AdamW update with lr = 1 and
+        # weight decay 1 zeroes s inside the kernel, which saves a pass over memory writing zeros first
+        if not written:   # 0·NaN is NaN
+            s.zero_()
+        step_tensors = {t: torch.full((), float(t), device=device) for t in set(steps)}
+        torch._fused_adamw_(list(s.unbind(0)), list(g_bar.unbind(0)), exp_avgs, exp_avg_sqs, [],
+                            [step_tensors[t] for t in steps], lr=1.0, beta1=beta1, beta2=beta2,
+                            weight_decay=1.0, eps=group["eps"], amsgrad=False, maximize=False)
+    else:   # torch.div below writes every element of s
+        g_bars = list(g_bar.unbind(0))
+        torch._foreach_lerp_(exp_avgs, g_bars, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, g_bars, g_bars, value=1 - beta2)
+        for s_i, m, v, t in zip(s.unbind(0), exp_avgs, exp_avg_sqs, steps):
+            denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(group["eps"])
+            torch.div(m, denom, out=s_i).mul_(-1 / (1 - beta1 ** t))
+
+
 def row_blocks(shape, split):
     """Index expressions cutting a tensor of shape into blocks of rows of at most BUCKET_NUMEL elements
     (split=True: its axis 0 is unrotated, so rows are independent) or taking it whole."""
@@ -224,10 +273,7 @@ class OrthoAdam(torch.optim.Optimizer):
             identity = re.sub(r"^(module\.|_orig_mod\.)+", "", names[pi]) if names else f"{gi}.{pi}"  # DDP/compile
             digest = hashlib.sha256(f"{self.seed}/{identity}/{tuple(p.shape)}".encode()).digest()
             state["q_seed"] = int.from_bytes(digest[:8], "big") >> 1
-            skip = {a % max(p.dim(), 1) for a in group["skip_axes"]}
-            rotates = group["rotation"] != "identity" and group["axes"] != "none"
-            state["rotated_axes"] = tuple(a for a, n in enumerate(p.shape) if rotates and n > 1 and a not in skip
-                                          and (group["axes"] == "all" or n == group["residual_dim"]))
+            state["rotated_axes"] = rotated_axes(p.shape, group)
         return state["q_seed"], state["rotated_axes"]
 
     def _axis_factors(self, p, group, q_seed, rotated):
@@ -310,7 +356,10 @@ class OrthoAdam(torch.optim.Optimizer):
                 state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
                 state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
             state["step"] += 1
-            stacks.setdefault((tuple(p.shape), rotated, p.device), []).append((p, q_seed))
+            if shard_axis(p) in rotated:   # FSDP2 split p along an axis its Q mixes: rotate the full gradient
+                self._gathered_step(p, group, q_seed, rotated)
+                continue
+            stacks.setdefault((tuple(local(p).shape), rotated, p.device), []).append((p, q_seed))
         if not stacks:
             return
         unrotated = [k for k in stacks if not k[1] and k[2].type in FUSED_ADAM_DEVICES and
@@ -321,7 +370,7 @@ class OrthoAdam(torch.optim.Optimizer):
             if self._kernel_steps(stacks[key], group, key[1]):
                 del stacks[key]
         if wd != 0 and stacks:  # decoupled, on the parameter before the step: p·(1 - lr·wd) - lr·s
-            torch._foreach_mul_([p for stack in stacks.values() for p, _ in stack], 1 - lr * wd)
+            torch._foreach_mul_([local(p) for stack in stacks.values() for p, _ in stack], 1 - lr * wd)
         for (shape, rotated, device), stack in stacks.items():
             numel = max(1, math.prod(shape))
             per_stack = max(1, BUCKET_NUMEL // numel)
@@ -329,7 +378,8 @@ class OrthoAdam(torch.optim.Optimizer):
                 ps, seeds = zip(*stack[i:i + per_stack])
                 factors = self._stack_factors(ps, group, seeds, rotated)
                 states = [self.state[p] for p in ps]
-                tensors = [ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]]
+                tensors = [[local(t) for t in ts] for ts in (ps, [p.grad for p in ps], [s["exp_avg"] for s in states],
+                                                               [s["exp_avg_sq"] for s in states])]
                 for rows in row_blocks(shape, 0 not in rotated):   # whole tensors, no views, when not split
                     self._stack_step(*(tensors if rows is ... else [[t[rows] for t in ts] for ts in tensors]),
                                      [s["step"] for s in states], group, factors)
@@ -342,8 +392,8 @@ class OrthoAdam(torch.optim.Optimizer):
         states = [self.state[p] for p in ps]
         device, (beta1, beta2) = ps[0].device, group["betas"]
         steps = {t: torch.full((), float(t), device=device) for t in {s["step"] for s in states}}
-        torch._fused_adamw_(ps, [p.grad for p in ps], [s["exp_avg"] for s in states],
-                            [s["exp_avg_sq"] for s in states], [], [steps[s["step"]] for s in states],
+        torch._fused_adamw_([local(p) for p in ps], [local(p.grad) for p in ps], [local(s["exp_avg"]) for s in states],
+                            [local(s["exp_avg_sq"]) for s in states], [], [steps[s["step"]] for s in states],
                             lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
                             eps=group["eps"], amsgrad=False, maximize=False)
 
@@ -356,19 +406,21 @@ class OrthoAdam(torch.optim.Optimizer):
             import orthoadam_kernel
         except ImportError:  # no Triton
             return False
-        ps, seeds = zip(*stack)
-        if not all(p.grad.shape == p.shape for p in ps):
+        params, seeds = zip(*stack)
+        factors = self._stack_factors(params, group, seeds, rotated)
+        ps = [local(p) for p in params]   # FSDP2: this rank's shard, cut along an axis Q does not rotate
+        grads = [local(p.grad) for p in params]
+        if not all(g.shape == p.shape for p, g in zip(ps, grads)):
             return False
-        factors = self._stack_factors(ps, group, seeds, rotated)
         signs, mats = factors[rotated[0]]
         how = orthoadam_kernel.plan(ps[0], rotated, factors[rotated[0]])
         if how is None or signs is None or not all(p.is_contiguous() for p in ps):
             return False
         beta1, beta2 = group["betas"]
         for i, p in enumerate(ps):
-            state = self.state[p]
+            state = self.state[params[i]]
             try:
-                orthoadam_kernel.step(how, p, p.grad, state["exp_avg"], state["exp_avg_sq"], signs[i],
+                orthoadam_kernel.step(how, p, grads[i], local(state["exp_avg"]), local(state["exp_avg_sq"]), signs[i],
                                       [m if m.dim() == 2 else m[i] for m in mats], lr=group["lr"],
                                       betas=(beta1, beta2), eps=group["eps"], weight_decay=group["weight_decay"],
                                       t=state["step"])
@@ -391,7 +443,6 @@ class OrthoAdam(torch.optim.Optimizer):
     def _stack_step(self, ps, grads, exp_avgs, exp_avg_sqs, steps, group, factors):
         """Algorithm 1 for P same-shaped tensors at once (parameters, or row blocks of one): Ḡ = Q G for the
         stack G of their gradients, the moments and s̄ = m̂/(sqrt(v̂)+eps) in one fused kernel, p -= lr Qᵀ s̄."""
-        beta1, beta2 = group["betas"]
         device, shape, n = ps[0].device, (len(ps),) + ps[0].shape, len(ps) * ps[0].numel()
         a, b = (w[:n].view(shape) for w in self._workspace(n, device))
         diagonals = sign_views(factors, shape)  # D g is taken while stacking, Dᵀ u while adding to p
@@ -404,23 +455,7 @@ class OrthoAdam(torch.optim.Optimizer):
             a.mul_(d)
         g_bar, s = rotate(a, factors, spare=b, signs=False)
         written = any(f is not None for f in factors)  # s holds this step's first pass (finite for finite grads)
-        if device.type in FUSED_ADAM_DEVICES:
-            # s = s·(1 - 1·1) - 1·m̂/(sqrt(v̂)+eps) = -m̂/(sqrt(v̂)+eps): torch's AdamW update with lr = 1 and
-            # weight decay 1 zeroes s inside the kernel, which saves a pass over memory writing zeros first
-            if not written:   # s may be stale workspace here, and 0·NaN is NaN
-                s.zero_()
-            step_tensors = {t: torch.full((), float(t), device=device) for t in set(steps)}
-            torch._fused_adamw_(list(s.unbind(0)), list(g_bar.unbind(0)), exp_avgs, exp_avg_sqs, [],
-                                [step_tensors[t] for t in steps], lr=1.0, beta1=beta1, beta2=beta2,
-                                weight_decay=1.0, eps=group["eps"], amsgrad=False, maximize=False)
-        else:   # torch.div below writes every element of s
-            g_bars = list(g_bar.unbind(0))
-            torch._foreach_lerp_(exp_avgs, g_bars, 1 - beta1)
-            torch._foreach_mul_(exp_avg_sqs, beta2)
-            torch._foreach_addcmul_(exp_avg_sqs, g_bars, g_bars, value=1 - beta2)
-            for s_i, m, v, t in zip(s.unbind(0), exp_avgs, exp_avg_sqs, steps):
-                denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(group["eps"])
-                torch.div(m, denom, out=s_i).mul_(-1 / (1 - beta1 ** t))
+        adam_direction(s, g_bar, exp_avgs, exp_avg_sqs, steps, group, written)
         update, _ = rotate(s, factors, transpose=True, spare=g_bar, signs=False)  # -Qᵀ s̄ up to the signs
         for d in diagonals[1:]:
             update.mul_(d)
@@ -429,6 +464,29 @@ class OrthoAdam(torch.optim.Optimizer):
                 p.addcmul_(update[i], diagonals[0][i], value=group["lr"])
         else:
             torch._foreach_add_(ps, list(update.unbind(0)), alpha=group["lr"])
+
+    def _gathered_step(self, p, group, q_seed, rotated):
+        """Algorithm 1 for a DTensor that FSDP2 split along an axis its Q rotates (a norm's scale; a matrix with
+        every axis rotated): no rank can rotate its shard alone, so every rank rotates the full gradient (one
+        all-gather), updates its own shard of the moments (which live in the rotated basis, sharded as p), and
+        the full s̄ is gathered (a second all-gather) for Qᵀ s̄; each rank then keeps its shard of the update.
+        The arithmetic is the one-process step's, element for element."""
+        from torch.distributed.tensor import DTensor, distribute_tensor
+        mesh, placements, state = p.device_mesh, p.placements, self.state[p]
+
+        def shard(full):   # this rank's part of a full tensor, cut as p is (no communication)
+            return distribute_tensor(full, mesh, placements, src_data_rank=None).to_local()
+        factors = self._stack_factors([p], group, (q_seed,), rotated)
+        g_bar, _ = rotate(p.grad.full_tensor().to(torch.float32).unsqueeze(0).contiguous(), factors)
+        s = torch.zeros_like(shard(g_bar[0])).unsqueeze(0)
+        adam_direction(s, shard(g_bar[0]).unsqueeze(0), [local(state["exp_avg"])], [local(state["exp_avg_sq"])],
+                       [state["step"]], group, written=True)
+        s_full = DTensor.from_local(s[0], mesh, placements, shape=p.shape, stride=p.stride()).full_tensor()
+        update, _ = rotate(s_full.unsqueeze(0).contiguous(), factors, transpose=True)
+        mine = local(p)
+        if group["weight_decay"] != 0:
+            mine.mul_(1 - group["lr"] * group["weight_decay"])
+        mine.add_(shard(update[0]).to(mine.dtype), alpha=group["lr"])
 
     def factor_bytes(self):
         """Bytes of the rotation factors held now (Sylvester blocks shared by all parameters counted once)."""

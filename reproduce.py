@@ -346,6 +346,16 @@ def status(run):
     return 'done' if all(os.path.isfile(os.path.join(d, f)) for f in need) else 'todo'
 
 
+FSDP_FROM_PARAMS = 1e9   # --nproc > 1: rows with at least this many block parameters train with fsdp=True
+
+
+def needs_fsdp(cfg, nproc):
+    """Whether a row trains sharded (train.py --fsdp=True): on several GPUs, a model whose DDP copy per GPU (fp32
+    weights, gradients, two moments: 16 bytes a parameter, plus activations) crowds a GPU, i.e. the 1.4B rows
+    (docs/training.md, "Past one GPU's memory")."""
+    return nproc > 1 and 12 * cfg['n_layer'] * cfg['n_embd'] ** 2 >= FSDP_FROM_PARAMS
+
+
 def commands(run, scale: Scale, nproc):
     d = run.cfg['out_dir']
     launcher = [sys.executable] if nproc == 1 else [sys.executable, '-m', 'torch.distributed.run', '--standalone',
@@ -355,7 +365,8 @@ def commands(run, scale: Scale, nproc):
     if 'device' in scale.overrides:
         evaluation += ['--device', scale.overrides['device']]
     cmds = [('train', launcher + [os.path.join(ROOT, 'train.py'), os.path.join(ROOT, 'config', f'{run.config}.py'),
-                                  *run.overrides, '--init_from=auto']),
+                                  *run.overrides, '--init_from=auto',
+                                  *(['--fsdp=True'] if needs_fsdp(run.cfg, nproc) else [])]),
             ('analyze', [sys.executable, os.path.join(ROOT, 'analyze.py'), '--ckpt', ckpt, *evaluation,
                          '--json', os.path.join(d, 'analysis.json')])]
     if run.quant:

@@ -5,6 +5,7 @@ model or a GGUF file) with the dataset it was trained on."""
 import glob
 import json
 import os
+import shutil
 import socket
 import sys
 from dataclasses import asdict, dataclass, fields
@@ -65,7 +66,10 @@ def lock_out_dir(out_dir):
 def remove_leftovers(out_dir):
     """Temporary files of a save that was killed before its rename (only called with the lock held)."""
     for path in sorted(glob.glob(os.path.join(out_dir, '*.tmp'))):
-        os.remove(path)
+        if os.path.isdir(path):   # an fsdp run's sharded checkpoint (fsdp.save_sharded)
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
         print(f"removed {path}, left by an interrupted save")
 
 

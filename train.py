@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import fsdp
 import measure
 from configurator import ConfigError, describe, load_config, save_config
 from dataset import resolve_dataset
@@ -58,6 +59,7 @@ def check_launch(cfg, world):
         raise TrainingError(f"divergence_factor={cfg['divergence_factor']} must be 0 (off) or >= 1 "
                             f"(a perplexity ratio to the best so far)")
     rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, 0)
+    fsdp.check_fsdp(cfg, world)
     try:   # the model's own rules (GPTConfig), before any data is read; vocab_size=0 is resolved later
         GPTConfig(**{k: cfg[k] for k in MODEL_KEYS} | {'vocab_size': cfg['vocab_size'] or 1})
     except ValueError as e:
@@ -80,13 +82,16 @@ def evaluate(model, path, meta, cfg, rank, world, device, autocast):
     total = torch.zeros(2, dtype=torch.float64, device=device)   # (sum of losses, number of targets)
     skipped = max(cfg['causal_free_prefix'] - 1, 0)                # targets the loss ignores per window
     model.eval()
-    for start in range(0, len(mine), B):
-        xy = torch.from_numpy(np.stack([data[w:w + T + 1] for w in mine[start:start + B]]).astype(np.int64))
+    # under fsdp every forward pass is collective: a rank with fewer windows runs the last batches on a window
+    # it does not count (n = 0)
+    for start in range(0, len(offsets[0::world]) if cfg['fsdp'] else len(mine), B):
+        windows = mine[start:start + B] or offsets[:1]
+        xy = torch.from_numpy(np.stack([data[w:w + T + 1] for w in windows]).astype(np.int64))
         check_tokens(xy, cfg['vocab_size'], path)
         xy = xy.to(device)
         with autocast:
             _, loss = model(xy[:, :-1], xy[:, 1:])
-        n = xy.size(0) * (T - skipped)
+        n = len(mine[start:start + B]) * (T - skipped)
         total += torch.tensor([loss.item() * n, n], dtype=torch.float64, device=device)
     model.train()
     all_reduce(total)
@@ -238,6 +243,7 @@ def open_run(cfg, ckpt_path, best_path):
             check_model_args(ckpt_path, ckpt, {k: cfg[k] for k in MODEL_KEYS})
         else:
             changes = check_resume(cfg, ckpt, meta)
+            fsdp.check_sharded(ckpt, ckpt_path, cfg['fsdp'])
     else:   # the schedule's horizon is fixed when the run starts, and recorded
         cfg['lr_decay_iters'] = cfg['lr_decay_iters'] or cfg['max_iters']
     return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen, 'pretrained': pretrained}
@@ -345,11 +351,16 @@ def build_model(r, ckpt, pretrained, local_rank):
         model.load_state_dict(pretrained.state_dict())
     del pretrained
     model.to(r.device)
+    if cfg['fsdp']:   # before the optimizer: it holds the shards (DTensors)
+        model = fsdp.shard_model(model, cfg, r.device_type, r.world)
     r.optimizer = configure_optimizer(model, cfg, r.device_type)
     ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[cfg['dtype']]
     r.scaler = torch.amp.GradScaler(r.device_type, enabled=cfg['dtype'] == 'float16')
     if ckpt is not None:
-        if not cfg['eval_only']:
+        if not cfg['eval_only'] and cfg['fsdp']:
+            fsdp.load_sharded(model, r.optimizer, r.ckpt_path, ckpt['sharded'])
+            set_hyperparameters(r.optimizer, cfg)
+        elif not cfg['eval_only']:
             r.optimizer.load_state_dict(ckpt['optimizer'])
             set_hyperparameters(r.optimizer, cfg)        # the values this run records, not the saved groups'
             if r.scaler.is_enabled() and ckpt.get('scaler'):   # dtype may change on resume: float16 starts a fresh scaler
@@ -367,7 +378,7 @@ def build_model(r, ckpt, pretrained, local_rank):
     r.raw_model = model
     if cfg['compile']:
         model = torch.compile(model)
-    if r.world > 1:
+    if r.world > 1 and not cfg['fsdp']:
         model = DDP(model, device_ids=[local_rank] if r.device_type == 'cuda' else None)
     r.model = model
     r.autocast = (torch.autocast(device_type=r.device_type, dtype=ptdtype) if ptdtype != torch.float32
@@ -383,11 +394,17 @@ def checkpoint(r, *paths):
         dist.all_gather_object(states, rng_state(r.device_type))
     else:
         states = [rng_state(r.device_type)]
-    if not all(torch.isfinite(p).all() for p in r.raw_model.parameters()):   # same weights on every rank
+    if not (fsdp.all_finite(r.raw_model) if r.cfg['fsdp'] else all(torch.isfinite(p).all() for p in r.raw_model.parameters())):
         raise TrainingError("non-finite weights; not overwriting the last good checkpoint")
+    sharded = None
+    if r.cfg['fsdp']:   # the shards first (ckpt.pt names them only once complete), then the full weights on rank 0
+        if paths[0] == r.ckpt_path:
+            sharded = {'dir': fsdp.save_sharded(r.raw_model, r.optimizer, r.cfg['out_dir'], r.iter_num), 'world': r.world}
+        weights = fsdp.full_weights(r.raw_model)
     if r.master:
         contents = {
-            'model': r.raw_model.state_dict(), 'optimizer': r.optimizer.state_dict(), 'scaler': r.scaler.state_dict(),
+            'model': weights if r.cfg['fsdp'] else r.raw_model.state_dict(),
+            'optimizer': None if r.cfg['fsdp'] else r.optimizer.state_dict(), 'scaler': r.scaler.state_dict(),
             'model_args': r.model_args, 'iter_num': r.iter_num, 'best_val_loss': r.best_val_loss, 'config': r.cfg,
             'bos': r.bos,
             'tokenizer': r.meta.get('tokenizer_info'), 'rng': states,
@@ -395,6 +412,7 @@ def checkpoint(r, *paths):
                      'identity': data_identity(r.meta), 'dir': os.path.relpath(os.path.dirname(os.path.abspath(r.paths['val'])),
                                                      os.path.dirname(os.path.abspath(r.ckpt_path)))}}
         for path in paths:   # no links between them: a write into one file (a cp onto it, a truncation) leaves the others
+            contents['sharded'] = sharded if path == r.ckpt_path else None   # best.pt, ckpt_<iter>.pt: weights only
             try:
                 save_checkpoint(path, contents)
             except (OSError, RuntimeError) as e:
@@ -403,6 +421,8 @@ def checkpoint(r, *paths):
                 kept = (f"{r.ckpt_path} (iteration {r.last_saved}) is kept" if r.last_saved is not None
                         else "no checkpoint had been written")
                 raise TrainingError(f"{disk_full_text(path)}; {kept}, continue with --init_from=resume") from None
+        if sharded:
+            fsdp.remove_old_shards(r.cfg['out_dir'], keep=sharded['dir'])
 
 
 def open_logging(r, cleanup):
@@ -457,8 +477,10 @@ def eval_and_save(r, nonfinite, start_iter, tokens_per_iter):
     val_loss, val_ppl, n = evaluate(r.model, r.paths['val'], r.meta, cfg, r.rank, r.world, r.device, r.autocast)
     event = {'event': 'eval', 'iter': r.iter_num, 'val_loss': val_loss, 'val_ppl': val_ppl, 'val_tokens': n,
              'tokens': r.iter_num * tokens_per_iter}
-    if r.master and cfg['probe_docs']:   # the other ranks go on and wait at the next collective
-        event['probe'] = probe(r.raw_model, cfg, r.meta, r.paths['val'], r.bos, r.device)
+    if cfg['probe_docs'] and (r.master or cfg['fsdp']):   # the other ranks go on and wait at the next collective
+        plain = fsdp.plain_copy(r.raw_model, r.model_args, r.device) if cfg['fsdp'] else r.raw_model   # collective
+        if r.master:
+            event['probe'] = probe(plain, cfg, r.meta, r.paths['val'], r.bos, r.device)
     r.log(event)
     if r.master:
         print(f"eval iter {r.iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
@@ -598,6 +620,7 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
         result = training_loop(r, stop, tokens_per_iter)
     if world > 1:   # no rank tears down its process group while another still writes the checkpoint
         dist.barrier()
+    print(fsdp.peak_memory_text(rank, device_type, device), flush=True)   # every rank
     result['ckpt'] = r.ckpt_path
     return result
 

@@ -29,6 +29,7 @@ DEFAULTS = dict(
     max_minutes=0.0,   # a job's time budget: stop cleanly with a checkpoint after this many minutes (0 = off)
     # system
     device='auto', dtype='auto', compile=True, seed=1337,
+    fsdp=False,   # under torchrun: shard weights, gradients and optimizer state across ranks (fsdp.py)
 )
 CHOICES = dict(
     MODEL_CHOICES,
@@ -99,6 +100,7 @@ HELP = dict(
     lr_decay_iters='cosine reaches min_lr here (0 = max_iters when the run starts; a resume keeps it)',
     min_lr='final learning rate', decay_lr='False: constant learning_rate',
     device="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'",
+    fsdp="under torchrun: FSDP2, each rank holds 1/N of weights, gradients, optimizer state (fsdp.py; docs/training.md)",
     dtype="'auto' = bfloat16 on CUDA when supported, else float32", compile='torch.compile the model',
     seed='initialisation, dropout and data-sampling seed',
 )
@@ -123,7 +125,7 @@ RESUME_MUST_MATCH = {
     *(f.name for f in fields(GPTConfig)),
 }
 # How this invocation starts, not what the run is.
-RESUME_IGNORED = {'init_from', 'eval_only'}
+RESUME_IGNORED = {'init_from', 'eval_only', 'fsdp'}   # fsdp: fsdp.check_sharded says how
 MODEL_KEYS = [f.name for f in fields(GPTConfig)]
 INIT_FROM = ('scratch', 'resume', 'auto', 'hf:NAME_OR_DIR', 'hf:FILE.gguf')
 # the model keys a public model fixes (init_from='hf:...'); attn, dropout, block_size, causal_free_prefix stay the config's

@@ -1,0 +1,162 @@
+"""fsdp=True (fsdp.py): FSDP2 on 2 CPU ranks (gloo, torchrun) against one process with the same global batch,
+OrthoAdam on shards against dense Algorithm 1, sharded save and exact resume, resharding, a rank killed during a
+save, the one-line refusals, and reproduce.py's plan."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import fsdp  # noqa: E402
+import train  # noqa: E402
+
+TORCHRUN = ['-m', 'torch.distributed.run', '--standalone']
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, OMP_NUM_THREADS='1'))
+
+
+def tiny(data, out, *extra):
+    return [os.path.join('config', 'tiny_cpu.py'), f'--dataset={data}', f'--out_dir={out}', '--n_embd=32',
+            '--block_size=32', '--batch_size=4', '--gradient_accumulation_steps=2', '--max_iters=4',
+            '--eval_tokens=2080', '--log_interval=1', '--eval_interval=4', *extra]   # 65 windows: ranks get 33 and 32
+
+
+def ranks(n, *args):
+    r = run_cli(*TORCHRUN, f'--nproc_per_node={n}', *args)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-6000:]
+    return r
+
+
+def ckpt(out):
+    return torch.load(os.path.join(out, 'ckpt.pt'), map_location='cpu', weights_only=False)
+
+
+def val_losses(out):
+    import json
+    return [json.loads(line)['val_loss'] for line in open(os.path.join(out, 'log.jsonl')) if '"eval"' in line]
+
+
+def test_orthoadam_on_every_cut_of_a_parameter_equals_dense_algorithm1():
+    """Cut along an unrotated axis (local rotation, uneven shards too) or along a rotated one (the gathered step):
+    three steps equal Algorithm 1 with the dense Kronecker Q to float32 rounding."""
+    r = ranks(2, os.path.join('tests', 'fsdp_orthoadam_worker.py'))
+    cases = dict(line.split()[1:] for line in r.stdout.splitlines() if line.startswith('case '))
+    assert len(cases) == 8, r.stdout
+    for name, diff in cases.items():
+        assert float(diff) < 2e-6, (name, diff)
+
+
+def test_shard_axes_keep_orthoadam_rotations_whole():
+    cfg = {'optimizer': 'orthoadam', 'orthoadam_rotation': 'hadamard', 'orthoadam_axes': 'residual',
+           'orthoadam_vocab_axis': 'skip', 'n_embd': 64}
+    assert fsdp.shard_axis((192, 64), cfg, 'transformer.h.0.attn.c_attn.weight', 2) == 0   # axis 1 rotated
+    assert fsdp.shard_axis((64, 256), cfg, 'transformer.h.0.mlp.c_proj.weight', 2) == 1    # axis 0 rotated
+    assert fsdp.shard_axis((64, 64), cfg, 'transformer.h.0.attn.c_proj.weight', 2) == 0    # both: gathered step
+    assert fsdp.shard_axis((50304, 64), cfg, 'transformer.wte.weight', 2) == 0
+    assert fsdp.shard_axis((64, 256), dict(cfg, optimizer='adamw'), 'x', 2) == 0
+
+
+@pytest.mark.parametrize('optimizer', ['adamw', 'orthoadam', 'orthoadam --norm=rmsnorm_single --bias=False --attn=softmax1'])
+def test_fsdp_on_two_ranks_matches_one_process(bigram_data, tmp_path, optimizer):
+    """Same global batch: the 2 ranks each take one of the 2 micro-batches; gradients are reduce-scattered instead of
+    summed in one process, so weights agree to float32 rounding (not bit for bit: the summation order differs)."""
+    one, two = str(tmp_path / 'one'), str(tmp_path / 'two')
+    args = f'--optimizer={optimizer}'.split()   # the paper's GPT-2: one-element RMSNorm scales (a shard is empty)
+    r1 = run_cli('train.py', *tiny(bigram_data, one, *args))
+    assert r1.returncode == 0, r1.stderr
+    r2 = ranks(2, 'train.py', *tiny(bigram_data, two, *args, '--fsdp=True'))
+    assert 'peak memory rank 0: ' in r2.stdout and 'peak memory rank 1: ' in r2.stdout
+    a, b = ckpt(one), ckpt(two)
+    assert b['optimizer'] is None and b['sharded'] == {'dir': 'ckpt.dcp-4', 'world': 2}
+    assert os.path.isfile(os.path.join(two, 'ckpt.dcp-4', '.metadata'))
+    assert a['model'].keys() == b['model'].keys()
+    for k in a['model']:
+        assert torch.allclose(a['model'][k], b['model'][k], atol=1e-5), k
+    assert val_losses(one)[-1] == pytest.approx(val_losses(two)[-1], rel=2e-3)
+    assert val_losses(one)[-1] < val_losses(one)[0]   # it trained
+
+
+def test_sharded_resume_is_exact_reshards_and_is_read_by_analyze(bigram_data, tmp_path):
+    straight, split, one_rank = (str(tmp_path / d) for d in ('straight', 'split', 'one_rank'))
+    common = ['--optimizer=orthoadam', '--fsdp=True', '--weight_decay=0.1']
+    ranks(2, 'train.py', *tiny(bigram_data, straight, *common, '--max_iters=8', '--lr_decay_iters=8'))
+    ranks(2, 'train.py', *tiny(bigram_data, split, *common, '--lr_decay_iters=8'))
+    shutil.copytree(split, one_rank)
+    ranks(2, 'train.py', *tiny(bigram_data, split, *common, '--max_iters=8', '--init_from=resume'))
+    a, b = ckpt(straight), ckpt(split)
+    for k in a['model']:
+        assert torch.equal(a['model'][k], b['model'][k]), k
+    assert sorted(e for e in os.listdir(split) if e.startswith('ckpt.dcp')) == ['ckpt.dcp-8']   # the old one removed
+    # the 2-rank shards read by 1 rank (DCP reshards): the same run to float32 rounding
+    ranks(1, 'train.py', *tiny(bigram_data, one_rank, *common, '--max_iters=8', '--init_from=resume'))
+    for k in a['model']:
+        assert torch.allclose(a['model'][k], ckpt(one_rank)['model'][k], atol=1e-5), k
+    r = run_cli('analyze.py', '--ckpt', split, '--max_docs', '4', '--device', 'cpu')
+    assert r.returncode == 0, r.stderr[-3000:]
+    # without fsdp the optimizer state (in the shards) cannot be read: one line
+    r = run_cli('train.py', *tiny(bigram_data, split, '--optimizer=orthoadam', '--weight_decay=0.1', '--max_iters=9',
+                                  '--lr_decay_iters=8', '--init_from=resume'))
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and '--fsdp=True' in r.stderr, r.stderr
+
+
+KILLER = '''import os, sys
+sys.path.insert(0, {root!r})
+import torch.distributed.checkpoint as dcp
+import train
+original, calls = dcp.save, []
+
+def save(state, checkpoint_id):   # rank 1 dies half-way through the second sharded save
+    calls.append(checkpoint_id)
+    if len(calls) == 2 and os.environ['RANK'] == '1':
+        os.makedirs(checkpoint_id, exist_ok=True)
+        open(os.path.join(checkpoint_id, '__1_0.distcp'), 'wb').write(b'half a shard')
+        os._exit(9)
+    return original(state, checkpoint_id=checkpoint_id)
+dcp.save = save
+sys.exit(train.main(sys.argv[1:]))
+'''
+
+
+def test_a_rank_killed_during_a_sharded_save_leaves_the_last_checkpoint(bigram_data, tmp_path):
+    out, script = str(tmp_path / 'run'), tmp_path / 'killer.py'
+    script.write_text(KILLER.format(root=ROOT))
+    args = tiny(bigram_data, out, '--optimizer=orthoadam', '--fsdp=True', '--max_iters=8', '--lr_decay_iters=8')
+    r = run_cli(*TORCHRUN, '--nproc_per_node=2', str(script), *args)
+    assert r.returncode != 0
+    saved = ckpt(out)
+    assert saved['iter_num'] == 4 and saved['sharded']['dir'] == 'ckpt.dcp-4'
+    assert os.path.isdir(os.path.join(out, 'ckpt.dcp-8.tmp'))           # the killed save, never renamed
+    r = ranks(2, 'train.py', *args, '--init_from=resume')
+    assert 'left by an interrupted save' in r.stdout
+    assert ckpt(out)['iter_num'] == 8
+    assert sorted(e for e in os.listdir(out) if e.startswith('ckpt.dcp')) == ['ckpt.dcp-8']
+
+
+def test_bad_launches_are_one_line(bigram_data, tmp_path, capsys, monkeypatch):
+    base = tiny(bigram_data, str(tmp_path / 'x'), '--fsdp=True')
+    assert train.main(base) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'torchrun' in err
+    monkeypatch.setenv('RANK', '0')   # as under torchrun; refused before the rendezvous
+    assert train.main(base + ['--optimizer=muon']) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and "optimizer='muon'" in err
+    assert not os.path.exists(str(tmp_path / 'x'))
+
+
+def test_reproduce_uses_fsdp_for_the_1p4b_rows_on_several_gpus(tmp_path):
+    r = run_cli('reproduce.py', 'table2', '--rows', 'gpt2_1.4b', 'gpt2_350m', '--nproc', '8', '--dry_run',
+                '--out', str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    trains = [line for line in r.stdout.splitlines() if 'train.py' in line]
+    assert len(trains) == 4
+    assert all(('--fsdp=True' in line) == ('gpt2_1.4b' in line) for line in trains)
+    r = run_cli('reproduce.py', 'table2', '--rows', 'gpt2_1.4b', '--dry_run', '--out', str(tmp_path))
+    assert r.returncode == 0 and '--fsdp=True' not in r.stdout   # one process: nothing to shard
