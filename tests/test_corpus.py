@@ -1,0 +1,284 @@
+"""The pinned corpus (corpus.py): archive readers, markup readers, cleaning, dedup and split on small archives made
+here, checked against hand-written text; fetch and resume failures; and the CPU subset built from the real
+artifacts (in $CORPUS_CACHE, which .ci/run fills) against the sha256s and token counts in corpus_manifest.json."""
+import hashlib
+import io
+import json
+import lzma
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import corpus
+from corpus import CorpusError
+
+
+def tar_bytes(files: dict[str, bytes], mode="w:gz") -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as t:
+        for name, data in files.items():   # insertion order, not sorted: the reader must sort
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def ar_bytes(members: dict[str, bytes]) -> bytes:
+    """An ar archive written from the format's definition (as dpkg-deb writes a .deb)."""
+    out = b"!<arch>\n"
+    for name, data in members.items():
+        out += f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(data):<10}`\n".encode()
+        out += data + (b"\n" if len(data) % 2 else b"")
+    return out
+
+
+def deb_bytes(files: dict[str, bytes], data_name="data.tar.xz") -> bytes:
+    mode = "w:xz" if data_name.endswith(".xz") else "w"
+    return ar_bytes({"debian-binary": b"2.0\n", "control.tar.xz": tar_bytes({"./control": b"Package: x\n"}, "w:xz"),
+                     data_name: tar_bytes(files, mode)})
+
+
+def source(tmp_path, sid, filename, data: bytes, include, fmt="text", **kw):
+    (tmp_path / filename).write_bytes(data)
+    return {"id": sid, "registry": "pypi", "name": sid, "version": "1", "filename": filename,
+            "sha256": hashlib.sha256(data).hexdigest(), "subset": "cpu", "format": fmt, "include": include, **kw}
+
+
+PROSE = ("The quick brown fox jumps over the lazy dog while the farmer watches from the porch of the old house. " * 3)
+
+
+# ----------------------------------------------------------------------------- readers
+
+def test_rst_markup_is_stripped_to_its_prose():
+    rst = """\
+Title of the page
+=================
+
+.. _a-target:
+
+A paragraph with a :class:`~django.db.models.Model`, a :doc:`link text </ref/x>`, ``literal``,
+*emphasis*, **strong** and `a link <https://example.com>`_ [#]_ that wraps
+over two lines.
+
+.. code-block:: python
+
+    print("dropped")
+
+.. note:: The argument is prose.
+
+   And so is the body.
+
+Here is an example::
+
+    x = 1  # dropped too
+
+>>> 1 + 1
+2
+
+=====  =====
+a      b
+=====  =====
+1      2
+=====  =====
+
+- first item
+- second item
+  continued
+
+.. toctree::
+   :maxdepth: 2
+
+   intro
+After.
+"""
+    assert corpus.rst_to_text(rst) == (
+        "Title of the page\n\n"
+        "A paragraph with a Model, a link text, literal, emphasis, strong and a link that wraps over two lines.\n\n"
+        "The argument is prose.\n\nAnd so is the body.\n\n"
+        "Here is an example:\n\n"
+        "- first item\n- second item continued\n\n"
+        "After.")
+
+
+def test_html_is_stripped_to_its_prose():
+    html = ("<html><head><title>t</title><style>p {x}</style></head><body><nav>Menu</nav>"
+            "<h1>Heading &amp; more</h1><p>One <b>bold</b>\nparagraph.</p><pre>code()</pre>"
+            "<script>var x;</script><!-- note --><table><tr><td>cell</td></tr></table><ul><li>item &eacute;</li></ul>"
+            "</body></html>")
+    assert corpus.html_to_text(html) == "Heading & more\n\nOne bold paragraph.\n\nitem é"
+
+
+def test_gutenberg_header_and_footer_are_cut():
+    text = ("The Project Gutenberg EBook of X\nlicence words\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\n"
+            "Sing, O goddess.\n  The wrath.\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nmore licence\n")
+    assert corpus.normalise(corpus.plain_to_text(text)) == "Sing, O goddess.\n  The wrath."
+
+
+def test_normalise_nfc_newlines_tabs_controls():
+    assert corpus.normalise("Cafe\u0301\r\nline\t end  \r\n\n\n\nx\x00y\u200b\ufeff") == "Café\nline     end\n\nxy"
+
+
+def test_kjv_verses_are_grouped_by_chapter():
+    lines = [{"book": "Ruth", "chapter": c, "verse": v, "text": f"v{c}.{v}"} for c in (1, 2) for v in (1, 2)]
+    docs = corpus.member_documents("kjv.jsonl", "\n".join(json.dumps(x) for x in lines).encode(), "kjv_jsonl")
+    assert docs == [("kjv.jsonl#Ruth 1", "Ruth 1\n\n1 v1.1\n2 v1.2"), ("kjv.jsonl#Ruth 2", "Ruth 2\n\n1 v2.1\n2 v2.2")]
+
+
+# ----------------------------------------------------------------------------- archives
+
+def test_sdist_and_deb_members_come_in_sorted_order(tmp_path):
+    files = {"pkg/b.txt": b"bee", "pkg/a.txt": b"ay", "pkg/sub/c.txt": "c\u00e9".encode()}
+    (tmp_path / "x-1.tar.gz").write_bytes(tar_bytes(files))
+    (tmp_path / "x_1_all.deb").write_bytes(deb_bytes({"./" + k: v for k, v in files.items()}))
+    expected = sorted(files.items())
+    assert list(corpus.archive_files(tmp_path / "x-1.tar.gz")) == expected
+    assert list(corpus.archive_files(tmp_path / "x_1_all.deb")) == expected
+    # an odd-sized member is padded in the ar archive; the next member must still be found
+    assert corpus.ar_members(ar_bytes({"a": b"odd", "b": b"even"})) == {"a": b"odd", "b": b"even"}
+
+
+def test_zstd_deb_and_truncated_archives_are_one_line_errors_naming_the_source(tmp_path):
+    data = tar_bytes({"pkg/a.txt": PROSE.encode() * 50})
+    src = source(tmp_path, "cut", "cut-1.tar.gz", data[:len(data) // 2], ["pkg/*.txt"])
+    with pytest.raises(CorpusError, match=r"source cut: cut-1.tar.gz is truncated or corrupt .*fetch"):
+        corpus.extract_source(src, tmp_path / "cut-1.tar.gz")
+    src = source(tmp_path, "zst", "z_1_all.deb", deb_bytes({"./a.txt": b"x"}, "data.tar.zst"), ["*"])
+    with pytest.raises(CorpusError, match=r"source zst: .*zstandard"):
+        corpus.extract_source(src, tmp_path / "z_1_all.deb")
+
+
+# ----------------------------------------------------------------------------- cleaning, split
+
+def test_deduplicate_drops_copies_and_repeated_long_paragraphs():
+    long_a, long_b, long_c = ("Alpha " * 20).strip(), ("Beta " * 20).strip(), ("Gamma " * 40).strip()
+    short = "Examples"
+    docs = [("s:1", f"{long_a}\n\n{short}\n\n{long_b}"),
+            ("s:2", f"{long_a}\n\n{short}\n\n{long_b}"),          # exact copy: dropped
+            ("s:3", f"{long_a}\n\n{long_b}\n\nshort new"),       # mostly copied: dropped
+            ("s:4", f"{long_c}\n\n{short}\n\n{long_a}"),          # long_a repeated: that paragraph goes
+            ("s:5", "tiny")]                                      # under MIN_CHARS
+    assert list(corpus.deduplicate(iter(docs))) == [docs[0], ("s:4", f"{long_c}\n\n{short}")]
+
+
+def test_split_is_by_the_first_byte_of_the_texts_sha256():
+    texts = [f"document number {i}" for i in range(4000)]
+    val = [t for t in texts if corpus.split_of(t) == "val"]
+    assert val == [t for t in texts if hashlib.sha256(t.encode()).digest()[0] < 10]
+    assert 0.03 < len(val) / len(texts) < 0.05
+
+
+def test_long_texts_are_cut_between_paragraphs(monkeypatch):
+    monkeypatch.setattr(corpus, "MAX_CHARS", 10)
+    assert corpus.pieces("aaaa\n\nbbbb\n\ncccccccccccccc\n\nd") == ["aaaa\n\nbbbb", "cccccccccccccc", "d"]
+
+
+def test_documents_of_a_two_source_corpus(tmp_path):
+    a = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({"a-1/z.rst": f"Z\n=\n\n{PROSE}".encode(),
+                                                     "a-1/y.rst": f"Y\n\n{PROSE}\n\nmore words".encode(),
+                                                     "a-1/skip.py": PROSE.encode()}), ["a-1/*.rst"], "rst")
+    b = source(tmp_path, "b", "b_1_all.deb", deb_bytes({"./usr/share/doc/b/x.html": f"<p>{PROSE}</p>".encode()}),
+               ["usr/share/doc/*.html"], "html", registry="debian")
+    docs = list(corpus.documents(sources=[a, b], cache=tmp_path, manifest={"sources": [a, b]}))
+    # y.rst before z.rst (sorted); z.rst keeps "Z" and drops PROSE as a repeat; b's page is a copy of PROSE
+    y = f"Y\n\n{PROSE.strip()}\n\nmore words"
+    assert [(i, t) for i, _, t in docs] == [("a:a-1/y.rst", y)]
+    assert docs[0][1] == corpus.split_of(y)
+
+
+# ----------------------------------------------------------------------------- fetch, resume
+
+def test_fetch_downloads_checks_and_keeps_nothing_half_written(tmp_path, monkeypatch):
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    data = tar_bytes({"p/a.txt": PROSE.encode()})
+    (remote / "p-1.tar.gz").write_bytes(data)
+    src = {"id": "p", "filename": "p-1.tar.gz", "sha256": hashlib.sha256(data).hexdigest()}
+    monkeypatch.setattr(corpus, "artifact_url", lambda s: (remote / s["filename"]).as_uri())
+    cache = tmp_path / "cache"
+    assert corpus.fetch(src, cache).read_bytes() == data
+    # the registry's file changed: refused, nothing left in the cache
+    changed = dict(src, filename="q-1.tar.gz")
+    (remote / "q-1.tar.gz").write_bytes(data + b"x")
+    with pytest.raises(CorpusError, match=r"^source p: the registry's q-1.tar.gz has sha256 .* the artifact changed"):
+        corpus.fetch(changed, cache)
+    assert sorted(os.listdir(cache)) == ["p-1.tar.gz"]
+    # a cached copy that differs is named, and left where it is
+    (cache / "p-1.tar.gz").write_bytes(b"other")
+    with pytest.raises(CorpusError, match=r"^source p: .*p-1.tar.gz has sha256 .*move that file away"):
+        corpus.fetch(src, cache)
+    assert (cache / "p-1.tar.gz").read_bytes() == b"other"
+
+
+def test_unreachable_registry_is_one_line_naming_the_source(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "PYPI_JSON", "http://127.0.0.1:9/pypi/{name}/json")
+    src = {"id": "django-docs", "registry": "pypi", "name": "django", "version": "1", "filename": "d-1.tar.gz",
+           "sha256": "0" * 64}
+    with pytest.raises(CorpusError, match=r"^source django-docs: cannot download d-1.tar.gz .*check the network, or "
+                                          r"put the file"):
+        corpus.fetch(src, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_full_disk_while_caching_an_extraction_is_one_line(tmp_path, monkeypatch):
+    src = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({"a/x.txt": PROSE.encode()}), ["a/*"])
+    real_open = open
+
+    def full(path, mode="r", *args, **kw):
+        if "w" in mode:
+            raise OSError(28, "No space left on device")
+        return real_open(path, mode, *args, **kw)
+    monkeypatch.setattr(corpus, "open", full, raising=False)
+    with pytest.raises(CorpusError, match=r"^source a: cannot write .* \(No space left on device\): free disk space"):
+        corpus.extracted(src, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "extracted").iterdir()) == []
+
+
+def test_a_killed_run_resumes_without_redoing_finished_sources(tmp_path, monkeypatch):
+    a = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({"a/x.txt": PROSE.encode()}), ["a/*"])
+    b = source(tmp_path, "b", "b-1.tar.gz", tar_bytes({"b/x.txt": ("Other words entirely. " * 20).encode()}), ["b/*"])
+    calls, real = [], corpus.extract_source
+
+    def counting(src, path):
+        calls.append(src["id"])
+        if src["id"] == "b" and calls.count("b") == 1:
+            raise KeyboardInterrupt   # killed while extracting b
+        return real(src, path)
+    monkeypatch.setattr(corpus, "extract_source", counting)
+    with pytest.raises(KeyboardInterrupt):
+        list(corpus.documents(sources=[a, b], cache=tmp_path, manifest={}))
+    assert sorted(p.name for p in (tmp_path / "extracted").iterdir()) == ["a.jsonl"]
+    # a half-written file of b from some earlier crash is not taken for an extraction
+    (tmp_path / "extracted" / "b.jsonl.tmp").write_text("{")
+    docs = list(corpus.documents(sources=[a, b], cache=tmp_path, manifest={}))
+    assert calls == ["a", "b", "b"] and [d[0] for d in docs] == ["a:a/x.txt", "b:b/x.txt"]
+    # a changed extractor version redoes the extraction
+    monkeypatch.setattr(corpus, "EXTRACT_VERSION", corpus.EXTRACT_VERSION + 1)
+    assert list(corpus.documents(sources=[a, b], cache=tmp_path, manifest={})) == docs
+    assert calls == ["a", "b", "b", "a", "b"]
+
+
+# ----------------------------------------------------------------------------- the real CPU subset
+
+def cpu_cache() -> Path | None:
+    """The folder holding the CPU subset's artifacts: $CORPUS_CACHE (.ci/run fills it), else data/corpus_cache."""
+    manifest = corpus.load_manifest()
+    cache = corpus.default_cache()
+    if not cache.is_absolute():
+        cache = Path(corpus.__file__).parent / cache
+    have = all((cache / s["filename"]).exists() for s in corpus.subset_sources(manifest, "cpu"))
+    if not have and os.environ.get("CI"):
+        pytest.fail(f"CI must provide the CPU subset's artifacts in $CORPUS_CACHE ({cache}): see .ci/run")
+    return cache if have else None
+
+
+def test_cpu_subset_matches_the_manifest(tmp_path):
+    cache = cpu_cache()
+    if cache is None:
+        pytest.skip("the CPU subset's artifacts are not downloaded: python corpus.py fetch --subset cpu")
+    import prepare_c4
+    tok = prepare_c4.load_tokenizer("gpt2")
+    manifest = corpus.load_manifest()
+    stats = corpus.measure("cpu", cache, tok.encode, tok.eot_token, manifest, work=tmp_path)  # extracted afresh
+    assert stats == manifest["subsets"]["cpu"]
