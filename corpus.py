@@ -34,15 +34,17 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from collections import Counter
 from html import unescape
 from pathlib import Path
 from typing import Iterator
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
-EXTRACT_VERSION = 2  # bump when extraction or cleaning changes: cached extractions of another version are redone
+EXTRACT_VERSION = 3  # bump when extraction or cleaning changes: cached extractions of another version are redone
 MIN_CHARS = 200  # shorter documents are mostly headings, stubs and index pages
 MIN_PARA_CHARS = 80  # a repeated paragraph this long is boilerplate or a copy; shorter ones ("Examples") may repeat
 SEEN_SHARE = 0.5  # a document with more than this share of its characters in paragraphs seen before is a copy
+BOILER_SHARE, BOILER_MIN = 0.2, 10  # a paragraph in >= 20% (and >= 10) of a source's files is page furniture
 VAL_BYTE = 10  # sha256(text)[0] < VAL_BYTE -> val (10/256, 3.9%: the main job's 131,072 eval tokens fit the CPU subset's val)
 MAX_CHARS = 16_000  # longer texts (plays, long guides) become several documents, cut between paragraphs
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
@@ -155,15 +157,21 @@ def ar_members(data: bytes) -> dict[str, bytes]:
     return out
 
 
-def tar_files(data: bytes) -> Iterator[tuple[str, bytes]]:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as t:
-        members = sorted((m for m in t.getmembers() if m.isfile()), key=lambda m: m.name)
-        for m in members:
-            yield m.name.removeprefix("./"), t.extractfile(m).read()
+def tar_files(data: bytes, want) -> Iterator[tuple[str, bytes]]:
+    # one pass in stream mode (a compressed tar read out of order is decompressed again at every backward seek),
+    # keeping the wanted files only, then sorted by name
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|*") as t:
+        for m in t:
+            name = m.name.removeprefix("./")
+            if m.isfile() and want(name):
+                files[name] = t.extractfile(m).read()
+    yield from sorted(files.items())
 
 
-def archive_files(path: Path) -> Iterator[tuple[str, bytes]]:
-    """(member name, bytes) of every file of an sdist (.tar.gz, .zip), npm tarball (.tgz) or .deb, sorted by name."""
+def archive_files(path: Path, want=lambda name: True) -> Iterator[tuple[str, bytes]]:
+    """(member name, bytes) of the wanted files of an sdist (.tar.gz, .zip), npm tarball (.tgz) or .deb, sorted
+    by name."""
     data = path.read_bytes()
     if path.name.endswith(".deb"):
         members = ar_members(data)
@@ -172,13 +180,13 @@ def archive_files(path: Path) -> Iterator[tuple[str, bytes]]:
             raise ValueError("no data.tar member")
         if names[0] == "data.tar.zst":
             raise ValueError("data.tar.zst needs zstandard, which the standard library lacks")
-        yield from tar_files(members[names[0]])
+        yield from tar_files(members[names[0]], want)
     elif path.name.endswith(".zip"):
         with zipfile.ZipFile(io.BytesIO(data)) as z:
-            for name in sorted(n for n in z.namelist() if not n.endswith("/")):
+            for name in sorted(n for n in z.namelist() if not n.endswith("/") and want(n)):
                 yield name, z.read(name)
     else:
-        yield from tar_files(data)
+        yield from tar_files(data, want)
 
 
 def wanted(name: str, src: dict) -> bool:
@@ -405,20 +413,29 @@ def pieces(text: str) -> list[str]:
     return parts
 
 
+def drop_boilerplate(texts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Without the paragraphs that recur in at least BOILER_SHARE of a source's files (and in BOILER_MIN or more):
+    navigation, headers and footers of generated pages."""
+    counts = Counter(k for _, text in texts for k in {para_key(p) for p in paragraphs(text)})
+    limit = max(BOILER_MIN, BOILER_SHARE * len(texts))
+    return [(doc_id, "\n\n".join(p for p in paragraphs(text) if counts[para_key(p)] < limit)) for doc_id, text in texts]
+
+
 def extract_source(src: dict, path: Path) -> list[tuple[str, str]]:
     """(doc_id, text) of one source: its wanted members in sorted order, extracted and normalised."""
-    docs = []
+    texts = []
     try:
-        for name, raw in archive_files(path):
-            if wanted(name, src):
-                for doc_id, text in member_documents(name, raw, src["format"]):
-                    parts = pieces(normalise(text))
-                    for k, part in enumerate(parts):
-                        if len(part) >= MIN_CHARS:
-                            docs.append((f"{src['id']}:{doc_id}" + (f"#{k}" if len(parts) > 1 else ""), part))
+        for name, raw in archive_files(path, lambda name: wanted(name, src)):
+            texts += [(doc_id, normalise(text)) for doc_id, text in member_documents(name, raw, src["format"])]
     except (tarfile.TarError, zipfile.BadZipFile, lzma.LZMAError, EOFError, ValueError, OSError) as e:
         raise CorpusError(f"source {src['id']}: {path.name} is truncated or corrupt ({e}): move it away and "
                           f"run `python corpus.py fetch` again") from None
+    docs = []
+    for doc_id, text in drop_boilerplate(texts):
+        parts = pieces(text)
+        for k, part in enumerate(parts):
+            if len(part) >= MIN_CHARS:
+                docs.append((f"{src['id']}:{doc_id}" + (f"#{k}" if len(parts) > 1 else ""), part))
     if not docs:
         raise CorpusError(f"source {src['id']}: no document in {path.name} matches the manifest's include patterns")
     return docs
@@ -430,7 +447,7 @@ def extracted(src: dict, cache: Path, work: Path | None = None) -> list[tuple[st
     out = Path(work or cache / "extracted") / f"{src['id']}.jsonl"
     key = {"sha256": src["sha256"], "extract_version": EXTRACT_VERSION, "include": src["include"],
            "exclude": src.get("exclude", []), "format": src["format"], "max_chars": MAX_CHARS,
-           "min_chars": MIN_CHARS}
+           "min_chars": MIN_CHARS, "boilerplate": [BOILER_SHARE, BOILER_MIN]}
     if out.exists():
         with open(out, encoding="utf-8") as f:
             try:

@@ -162,6 +162,17 @@ def test_deduplicate_drops_copies_and_repeated_long_paragraphs():
     assert list(corpus.deduplicate(iter(docs))) == [docs[0], ("s:4", f"{long_c}\n\n{short}")]
 
 
+@pytest.mark.parametrize("n_files", [10, 11])
+def test_paragraphs_on_most_pages_of_a_source_are_boilerplate(n_files):
+    texts = [(f"p{i}", f"Navigation\n\nPage {i} says {i * 'x'}.\n\nNext") for i in range(n_files)]
+    texts[0] = ("p0", "Only this.")
+    cleaned = corpus.drop_boilerplate(texts)
+    if n_files - 1 < corpus.BOILER_MIN:   # "Navigation" in 9 files: kept
+        assert cleaned == texts
+    else:   # in 10 of 11 files: dropped
+        assert cleaned == [("p0", "Only this.")] + [(f"p{i}", f"Page {i} says {i * 'x'}.") for i in range(1, n_files)]
+
+
 def test_split_is_by_the_first_byte_of_the_texts_sha256():
     texts = [f"document number {i}" for i in range(4000)]
     val = [t for t in texts if corpus.split_of(t) == "val"]
