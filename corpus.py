@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
-EXTRACT_VERSION = 3  # bump when extraction or cleaning changes: cached extractions of another version are redone
+EXTRACT_VERSION = 4  # bump when extraction or cleaning changes: cached extractions of another version are redone
 MIN_CHARS = 200  # shorter documents are mostly headings, stubs and index pages
 MIN_PARA_CHARS = 80  # a repeated paragraph this long is boilerplate or a copy; shorter ones ("Examples") may repeat
 SEEN_SHARE = 0.5  # a document with more than this share of its characters in paragraphs seen before is a copy
@@ -345,6 +345,7 @@ def rst_to_text(text: str) -> str:
 HTML_DROP = re.compile(r"<(script|style|pre|code|head|nav|footer|table)\b.*?</\1\s*>|<!--.*?-->", re.S | re.I)
 HTML_BLOCK = re.compile(r"</?(p|div|h[1-6]|li|ul|ol|dl|dt|dd|br|tr|section|blockquote|article)\b[^>]*>", re.I)
 HTML_TAG = re.compile(r"<[^>]*>")
+HTML_MIN_WORDS = 6
 
 
 def html_to_text(text: str) -> str:
@@ -352,7 +353,10 @@ def html_to_text(text: str) -> str:
     text = HTML_DROP.sub(" ", text)
     text = HTML_BLOCK.sub("\n\n", text)
     text = unescape(HTML_TAG.sub("", text))
-    return "\n\n".join(" ".join(p.split()) for p in re.split(r"\n\s*\n", text) if p.strip())
+    paras = (" ".join(p.split()) for p in re.split(r"\n\s*\n", text))
+    # generated pages hold menus, tables of contents and lists of names between their sentences: a paragraph
+    # of fewer than HTML_MIN_WORDS words that does not end a sentence is one of those
+    return "\n\n".join(p for p in paras if len(p.split()) >= HTML_MIN_WORDS or p.endswith((".", "?", "!", ":")))
 
 
 # plain text, Project Gutenberg --------------------------------------------------------
