@@ -140,6 +140,28 @@ def check_artifact(src: dict, path: Path):
                           f"{src['sha256'][:16]}...: move that file away and run `python corpus.py fetch`")
 
 
+def gpt2_ranks(cache: Path, manifest: dict | None = None) -> Path:
+    """GPT-2's BPE ranks file, CACHE/gpt2.tiktoken, taken from the pinned openai-whisper sdist (manifest
+    "tokenizer"; fetched if missing) and checked against its sha256."""
+    tok = (manifest or load_manifest())["tokenizer"]
+    out = cache / "gpt2.tiktoken"
+    if out.exists() and sha256_file(out) == tok["member_sha256"]:
+        return out
+    path = fetch(tok, cache)
+    try:
+        data = dict(archive_files(path, lambda name: name == tok["member"])).get(tok["member"])
+    except (tarfile.TarError, lzma.LZMAError, EOFError, ValueError, OSError) as e:
+        raise CorpusError(f"source {tok['id']}: {path.name} is truncated or corrupt ({e}): move it away and run "
+                          f"`python corpus.py fetch` again") from None
+    if data is None or hashlib.sha256(data).hexdigest() != tok["member_sha256"]:
+        raise CorpusError(f"source {tok['id']}: {path.name} does not hold {tok['member']} with sha256 "
+                          f"{tok['member_sha256'][:16]}...")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, out)
+    return out
+
+
 # ----------------------------------------------------------------------------- archives
 
 def ar_members(data: bytes) -> dict[str, bytes]:
@@ -601,6 +623,7 @@ def main(argv=None):
         if args.command == "fetch":
             for src in subset_sources(manifest, args.subset):
                 print(f"{src['id']}: {fetch(src, cache)}")
+            print(f"gpt2: {gpt2_ranks(cache, manifest)}")
             return
         encode, eot = gpt2()
         stats = measure(args.subset, cache, encode, eot, manifest)

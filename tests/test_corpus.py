@@ -296,3 +296,16 @@ def test_cpu_subset_matches_the_manifest(tmp_path):
     manifest = corpus.load_manifest()
     stats = corpus.measure("cpu", cache, tok.encode, tok.eot_token, manifest, work=tmp_path)  # extracted afresh
     assert stats == manifest["subsets"]["cpu"]
+
+
+def test_gpt2_ranks_come_from_the_pinned_sdist_member(tmp_path):
+    ranks = b"IQ== 0\n"
+    sdist = tar_bytes({"w-1/whisper/assets/gpt2.tiktoken": ranks, "w-1/setup.py": b""})
+    (tmp_path / "w-1.tar.gz").write_bytes(sdist)
+    tok = {"id": "gpt2-tokenizer", "filename": "w-1.tar.gz", "sha256": hashlib.sha256(sdist).hexdigest(),
+           "member": "w-1/whisper/assets/gpt2.tiktoken", "member_sha256": hashlib.sha256(ranks).hexdigest()}
+    assert corpus.gpt2_ranks(tmp_path, {"tokenizer": tok}).read_bytes() == ranks
+    (tmp_path / "gpt2.tiktoken").unlink()
+    with pytest.raises(CorpusError, match=r"^source gpt2-tokenizer: w-1.tar.gz does not hold w-1/whisper/assets/gpt2"):
+        corpus.gpt2_ranks(tmp_path, {"tokenizer": dict(tok, member_sha256="0" * 64)})
+    assert not (tmp_path / "gpt2.tiktoken").exists()
