@@ -202,7 +202,7 @@ def test_documents_of_a_two_source_corpus(tmp_path):
 
 
 def two_sources(tmp_path):
-    texts = {f"a-1/{i:02d}.txt": f"Text number {i}. {PROSE} " * (i + 1) for i in range(12)}
+    texts = {f"a-1/{i:02d}.txt": f"Text number {i}. {PROSE} " * (i + 1) for i in range(30)}  # 2 of them go to val
     a = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({k: v.encode() for k, v in texts.items()}), ["a-1/*"])
     b = source(tmp_path, "b", "b-1.tar.gz", tar_bytes({"b/x.txt": ("Other words entirely. " * 20).encode()}), ["b/*"],
                subset="full")
@@ -353,3 +353,24 @@ def test_gpt2_ranks_come_from_the_pinned_sdist_member(tmp_path):
     with pytest.raises(CorpusError, match=r"^source gpt2-tokenizer: w-1.tar.gz does not hold w-1/whisper/assets/gpt2"):
         corpus.gpt2_ranks(tmp_path, {"tokenizer": dict(tok, member_sha256="0" * 64)})
     assert not (tmp_path / "gpt2.tiktoken").exists()
+
+
+def test_prepare_pinned_writes_the_manifests_token_files_and_names_a_changed_source(tmp_path, monkeypatch, capsys):
+    import prepare_c4
+    manifest = two_sources(tmp_path)
+    tok = prepare_c4.load_tokenizer("gpt2")
+    manifest["subsets"] = {"full": corpus.measure("full", tmp_path, tok.encode, tok.eot_token, manifest)}
+    monkeypatch.setattr(corpus, "load_manifest", lambda path=None: manifest)
+    monkeypatch.setenv("CORPUS_CACHE", str(tmp_path))
+    prepare_c4.main(["--source", "pinned", "--subset", "full", "--out_dir", str(tmp_path / "out"), "--num_proc", "1"])
+    meta = prepare_c4.load_meta(tmp_path / "out")
+    assert {s: (v["sha256"], v["tokens"]) for s, v in meta["splits"].items()} == \
+        {s: (v["sha256"], v["tokens"]) for s, v in manifest["subsets"]["full"]["splits"].items()}
+    assert meta["args"]["manifest_sha256"] == corpus.manifest_sha256() and str(tmp_path) not in json.dumps(meta)
+    manifest["subsets"]["full"]["sources"]["b"]["train"]["text_sha256"] = "0" * 64
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        prepare_c4.main(["--source", "pinned", "--subset", "full", "--out_dir", str(tmp_path / "out2")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]] and err[0].startswith("error: source b (b 1) gives other train text than the manifest")
+    assert not (tmp_path / "out2" / "meta.json").exists()
