@@ -39,7 +39,7 @@ from typing import Iterator
 from corpus_text import UnknownFormat, code_like, member_documents, normalise
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
-EXTRACT_VERSION = 4  # bump when extraction or cleaning changes: cached extractions of another version are redone
+EXTRACT_VERSION = 5  # bump when extraction or cleaning changes: cached extractions of another version are redone
 MIN_CHARS = 200  # shorter documents are mostly headings, stubs and index pages
 MIN_PARA_CHARS = 80  # a repeated paragraph this long is boilerplate or a copy; shorter ones ("Examples") may repeat
 SEEN_SHARE = 0.5  # a document with more than this share of its characters in paragraphs seen before is a copy

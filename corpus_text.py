@@ -163,17 +163,18 @@ def rst_to_text(text: str) -> str:
 
 
 # HTML ------------------------------------------------------------------------------
-HTML_DROP = re.compile(r"<(script|style|pre|code|head|nav|footer|table)\b.*?</\1\s*>|<!--.*?-->", re.S | re.I)
+HTML_DROP = re.compile(r"<(script|style|pre|head|nav|footer|table)\b.*?</\1\s*>|<!--.*?-->", re.S | re.I)
 HTML_BLOCK = re.compile(r"</?(p|div|h[1-6]|li|ul|ol|dl|dt|dd|br|tr|section|blockquote|article)\b[^>]*>", re.I)
 HTML_TAG = re.compile(r"<[^>]*>")
 HTML_MIN_WORDS = 6
 
 
 def html_to_text(text: str) -> str:
-    """Text of an HTML page: without scripts, styles, code, tables, navigation; block elements become paragraphs."""
+    """Text of an HTML page: without scripts, styles, code blocks, tables, navigation; block elements become
+    paragraphs; inline code stays (it is part of its sentence)."""
     text = HTML_DROP.sub(" ", text)
     text = HTML_BLOCK.sub("\n\n", text)
-    text = unescape(HTML_TAG.sub("", text))
+    text = unescape(HTML_TAG.sub("", text)).replace("\u00b6", "")  # Sphinx's ¶ links to each heading
     paras = (" ".join(p.split()) for p in re.split(r"\n\s*\n", text))
     # generated pages hold menus, tables of contents and lists of names between their sentences: a paragraph
     # of fewer than HTML_MIN_WORDS words that does not end a sentence is one of those

@@ -104,12 +104,13 @@ After.
 
 def test_html_is_stripped_to_its_prose():
     html = ("<html><head><title>t</title><style>p {x}</style></head><body><nav>Menu</nav>"
-            "<h1>Heading &amp; more than five words</h1><p>One <b>bold</b>\nparagraph.</p><pre>code()</pre>"
+            "<h1>Heading &amp; more than five words<a class=headerlink>\u00b6</a></h1><p>One <b>bold</b>\nparagraph "
+            "with <code>inline()</code> code.</p><pre>code()</pre>"
             "<div>Menu item</div><div>Short but a sentence.</div>"
             "<script>var x;</script><!-- note --><table><tr><td>cell</td></tr></table><ul><li>an item &eacute; of six words</li>"
             "<li>name</li></ul>"
             "</body></html>")
-    assert corpus_text.html_to_text(html) == ("Heading & more than five words\n\nOne bold paragraph.\n\n"
+    assert corpus_text.html_to_text(html) == ("Heading & more than five words\n\nOne bold paragraph with inline() code.\n\n"
                                          "Short but a sentence.\n\nan item é of six words")
 
 
