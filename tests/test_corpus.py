@@ -130,6 +130,18 @@ def test_kjv_verses_are_grouped_by_chapter():
     assert docs == [("kjv.jsonl#Ruth 1", "Ruth 1\n\n1 v1.1\n2 v1.2"), ("kjv.jsonl#Ruth 2", "Ruth 2\n\n1 v2.1\n2 v2.2")]
 
 
+def test_wordnet_glosses_and_json_chapters():
+    data = ("  1 This software and database is being provided\n"
+            "00005930 03 n 01 dwarf 0 001 @ 00004475 n 0000 | a plant or animal that is atypically small  \n"
+            "00977867 04 n 02 blitz 0 blitz_krieg 0 003 @ 00974725 n 0000 ;c 08215965 n 0000 | a swift offensive; "
+            "\"the blitz\"  \n")
+    assert corpus_text.member_documents("dict/data.noun", data.encode(), "wordnet") == [
+        ("dict/data.noun#0", "dwarf: a plant or animal that is atypically small\n"
+                             "blitz, blitz krieg: a swift offensive; \"the blitz\"")]
+    chapter = json.dumps({"chapter": "1", "title": "Loomings.", "text": "Call me Ishmael."}).encode()
+    assert corpus_text.member_documents("c1.json", chapter, "json_chapter") == [("c1.json", "Loomings.\n\nCall me Ishmael.")]
+
+
 # ----------------------------------------------------------------------------- archives
 
 def test_sdist_and_deb_members_come_in_sorted_order(tmp_path):
