@@ -223,6 +223,18 @@ def wordnet_glosses(text: str, per_doc: int = 200) -> list[tuple[str, str]]:
     return [(f"#{i // per_doc}", "\n".join(lines[i:i + per_doc])) for i in range(0, len(lines), per_doc)]
 
 
+DICTD_TAG = re.compile(r"^\s*\[[^\]]*(Webster|PJC|WordNet|Century|Jargon|FOLDOC|[A-Z]{2,4})[^\]]*\]\s*$", re.M)
+DICTD_PRON = re.compile(r" ?\\[^\\\n]*\\")
+
+
+def dictd_to_text(text: str) -> str:
+    """A dictd database (the text of a .dict.dz): entries separated by blank lines, each made one paragraph;
+    source tags on lines of their own ('[1913 Webster]') and GCIDE's pronunciations ('\\Lap"i*date\\') dropped;
+    the database's own 00-database-* header entries dropped."""
+    text = DICTD_PRON.sub("", DICTD_TAG.sub("", text))
+    return unwrap("\n\n".join(p for p in re.split(r"\n\s*\n", text) if not p.lstrip().startswith("00-database")))
+
+
 def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
     """(document id suffix, text) of one archive member, markup stripped, before normalisation."""
     text = decode(raw)
@@ -237,10 +249,12 @@ def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
     if fmt == "json_chapter":   # {"title": ..., "text": ...}
         d = json.loads(text)
         return [(name, f"{d['title']}\n\n{d['text']}")]
+    if fmt == "dictd":
+        return [(name, dictd_to_text(text))]
     if fmt == "wordnet":
         return [(name + key, doc) for key, doc in wordnet_glosses(text)]
-    raise UnknownFormat(f"unknown source format {fmt!r} in the manifest: use rst, html, text, kjv_jsonl, json_chapter "
-                        f"or wordnet")
+    raise UnknownFormat(f"unknown source format {fmt!r} in the manifest: use rst, html, text, dictd, kjv_jsonl, "
+                        f"json_chapter or wordnet")
 
 
 CODE_CHARS = set("{}[]()<>=;:/\\$#@%&|_*`^~+")

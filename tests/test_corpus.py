@@ -142,6 +142,16 @@ def test_wordnet_glosses_and_json_chapters():
     assert corpus_text.member_documents("c1.json", chapter, "json_chapter") == [("c1.json", "Loomings.\n\nCall me Ishmael.")]
 
 
+def test_dictd_entries_become_paragraphs_without_tags_and_pronunciations():
+    data = ("00-database-info\n     This is GCIDE.\n\n"
+            "Lapidate \\Lap\"i*date\\, v. t. [L. lapidatus, p. p. of lapidare,\n   fr. lapis stone.]\n"
+            "   To stone. [Obs.]\n   [1913 Webster]\n\n"
+            "Lapidation \\Lap`i*da\"tion\\, n.\n   The act of stoning.\n   [PJC]\n")
+    assert corpus_text.member_documents("gcide.dict.dz", data.encode(), "dictd") == [(
+        "gcide.dict.dz", "Lapidate, v. t. [L. lapidatus, p. p. of lapidare, fr. lapis stone.] To stone. [Obs.]\n\n"
+                         "Lapidation, n. The act of stoning.")]
+
+
 # ----------------------------------------------------------------------------- archives
 
 def test_sdist_and_deb_members_come_in_sorted_order(tmp_path):
