@@ -6,7 +6,6 @@ import base64
 import hashlib
 import multiprocessing
 import os
-import sys
 import signal
 import tempfile
 from collections import deque
@@ -79,9 +78,10 @@ def gpt2_cached() -> bool:
 
 
 def gpt2_ranks_file() -> str | None:
-    """A local copy of GPT-2's BPE ranks (tiktoken's r50k_base file, sha256 R50K_SHA256): $GPT2_TIKTOKEN, else
-    tiktoken's cached download of r50k_base. None when there is none. A $GPT2_TIKTOKEN that is not that file
-    is an error."""
+    """A local copy of GPT-2's BPE ranks (tiktoken's r50k_base file, sha256 R50K_SHA256): $GPT2_TIKTOKEN, else the
+    pinned copy that `python corpus.py fetch` extracts from the openai-whisper sdist ($CORPUS_CACHE, else
+    data/corpus_cache, /gpt2.tiktoken), else tiktoken's cached download of r50k_base. None when there is none.
+    A $GPT2_TIKTOKEN that is not that file is an error."""
     env = os.environ.get("GPT2_TIKTOKEN")
     if env:
         if not os.path.isfile(env):
@@ -91,9 +91,11 @@ def gpt2_ranks_file() -> str | None:
             raise PrepareError(f"GPT2_TIKTOKEN={env} has sha256 {sha[:12]}..., not GPT-2's BPE ranks "
                                f"(r50k_base, {R50K_SHA256[:12]}...): point it at gpt2.tiktoken / r50k_base.tiktoken")
         return env
+    pinned = os.path.join(os.environ.get("CORPUS_CACHE") or os.path.join("data", "corpus_cache"), "gpt2.tiktoken")
     cached = os.path.join(tiktoken_cache_dir(), hashlib.sha1(R50K_URL.encode()).hexdigest())
-    if tiktoken_cache_dir() and os.path.isfile(cached) and hashlib.sha256(Path(cached).read_bytes()).hexdigest() == R50K_SHA256:
-        return cached
+    for path in (pinned, cached):
+        if os.path.isfile(path) and hashlib.sha256(Path(path).read_bytes()).hexdigest() == R50K_SHA256:
+            return path
     return None
 
 
@@ -127,11 +129,10 @@ def load_gpt2() -> Tokenizer:
             enc = tiktoken.get_encoding("gpt2")
         except Exception as e:
             raise PrepareError(
-                f"cannot load the GPT-2 vocabulary ({type(e).__name__}) and there is no local copy of its BPE ranks; "
-                f"one ships in the openai-whisper source package: pip download --no-deps --no-binary :all: "
-                f"openai-whisper==20250625 -d whisper_src && tar -xzf whisper_src/openai_whisper-20250625.tar.gz "
-                f"-C whisper_src, then export GPT2_TIKTOKEN=$PWD/whisper_src/openai_whisper-20250625/whisper/assets/"
-                f"gpt2.tiktoken (or put vocab.bpe and encoder.json in TIKTOKEN_CACHE_DIR, or pass --tokenizer bytes)") from None
+                f"cannot load the GPT-2 vocabulary ({type(e).__name__}) and there is no local copy of its BPE ranks: "
+                f"run `python corpus.py fetch`, which downloads the pinned openai-whisper 20250625 sdist (sha256-"
+                f"checked) and extracts its gpt2.tiktoken into data/corpus_cache/, or point GPT2_TIKTOKEN at a copy of "
+                f"that file") from None
     return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, enc.encode_ordinary, R50K_SHA256 if path else None,
                      eos_token=enc.eot_token, eot_text=EOT_TEXT, decode=enc.decode)
 
@@ -221,14 +222,11 @@ def load_hf_tokenizer(spec: str) -> Tokenizer:
 
 
 def load_tokenizer(spec: str) -> Tokenizer:
-    """spec: "gpt2", "bytes", "auto" (gpt2 if a local copy exists, else bytes), a path ending in .tiktoken, or
-    hf:NAME_OR_DIR / hf:FILE.gguf (a model's own tokenizer)."""
+    """spec: "gpt2" ("auto" is the same: it once fell back to bytes, so that one command gave two models),
+    "bytes", a path ending in .tiktoken, or hf:NAME_OR_DIR / hf:FILE.gguf (a model's own tokenizer). A tokenizer
+    that cannot be loaded is an error, never a silent change of tokenizer."""
     if spec == "auto":
-        try:
-            return load_tokenizer("gpt2" if gpt2_ranks_file() or gpt2_cached() else "bytes")
-        except PrepareError as e:
-            print(f"warning: {e}; using --tokenizer bytes", file=sys.stderr)
-            return load_tokenizer("bytes")
+        return load_gpt2()
     if spec == "bytes":
         return Tokenizer("bytes", 257, 256, lambda text: np.frombuffer(text.encode("utf-8"), np.uint8),
                          decode=lambda ids: b"".join(bytes([i]) if i < 256 else EOT_TEXT.encode() for i in ids)

@@ -168,11 +168,25 @@ def test_gpt2_vocabulary_unavailable(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tiktoken, "get_encoding", no_vocab)
     monkeypatch.delenv("GPT2_TIKTOKEN", raising=False)              # no local copy of the ranks either
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
-    code, err = run_main(["--tokenizer", "gpt2", "--out_dir", str(tmp_path / "o")], capsys)
-    assert code == 2 and err.count("\n") == 1 and err.startswith("error: cannot load the GPT-2 vocabulary")
-    assert "TIKTOKEN_CACHE_DIR" in err and "--tokenizer bytes" in err
+    monkeypatch.setenv("CORPUS_CACHE", str(tmp_path / "empty_corpus_cache"))   # nor the pinned copy
+    for spec in ("gpt2", "auto"):   # auto is gpt2: no silent fallback to bytes, which would train another model
+        code, err = run_main(["--tokenizer", spec, "--out_dir", str(tmp_path / "o")], capsys)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("error: cannot load the GPT-2 vocabulary")
+        assert "python corpus.py fetch" in err and "GPT2_TIKTOKEN" in err
+
+
+def test_gpt2_ranks_are_found_in_the_corpus_cache(tmp_path, monkeypatch):
+    ranks = os.environ.get("GPT2_TIKTOKEN")
+    if not ranks:
+        pytest.skip("needs GPT-2's ranks: export GPT2_TIKTOKEN=.../gpt2.tiktoken")
+    monkeypatch.delenv("GPT2_TIKTOKEN")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
-    assert tokenizer_lib.load_tokenizer("auto").name == "bytes"  # auto never goes to the network
+    monkeypatch.setenv("CORPUS_CACHE", str(tmp_path))
+    assert tokenizer_lib.gpt2_ranks_file() is None
+    (tmp_path / "gpt2.tiktoken").write_bytes(open(ranks, "rb").read())
+    assert tokenizer_lib.gpt2_ranks_file() == str(tmp_path / "gpt2.tiktoken")
+    (tmp_path / "gpt2.tiktoken").write_bytes(b"IQ== 0\n")   # another file of that name is not GPT-2's
+    assert tokenizer_lib.gpt2_ranks_file() is None
 
 
 def test_bad_shards_are_one_line_errors(tmp_path, capsys):
