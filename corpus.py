@@ -478,8 +478,8 @@ def report(stats: dict) -> str:
 
 
 def gpt2():
-    import prepare_c4
-    tok = prepare_c4.load_tokenizer("gpt2")
+    from tokenizer import load_tokenizer
+    tok = load_tokenizer("gpt2")
     return tok.encode, tok.eot_token
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from fileio import PrepareError, Progress, file_sha256, read_json, write_json
 from sources import (MIN_DOC_CHARS, VAL_PERCENT, bigram_backcopy_documents, c4_texts, find_c4_shards,
                      offline_documents, offline_splits, wikitext_files, wikitext_texts)
-from tokenizer import Tokenizer, encode_stream, load_tokenizer
+from tokenizer import Tokenizer, encode_stream, gpt2_ranks_file, load_tokenizer
 
 
 FORMAT = 1
@@ -250,7 +250,7 @@ def prepare_c4(out_dir="data/c4", tokenizer="gpt2", data_files=None, train_token
 
 def prepare_offline(out_dir="data/offline", tokenizer="auto", max_docs=None, train_tokens=None, val_docs=None,
                     num_proc=1, force=False) -> Path:
-    """The offline stand-in corpus. tokenizer "auto" = gpt2 if its vocabulary is cached, else bytes.
+    """The offline stand-in corpus (the installation's docstrings). tokenizer "auto" = gpt2.
     max_docs keeps only the first max_docs documents of the corpus (for tests)."""
     tok = load_tokenizer(tokenizer)
     args = {"source": "offline", "tokenizer": tok.name, "tokenizer_sha256": tok.sha256, "max_docs": max_docs,
@@ -271,6 +271,38 @@ def prepare_offline(out_dir="data/offline", tokenizer="auto", max_docs=None, tra
 
     return prepare(out_dir, tok, args, source, description, True, split_texts,
                    {"train": (train_tokens, None), "val": (None, val_docs)}, num_proc, force)
+
+
+def prepare_pinned(out_dir=None, subset="cpu", corpus_archive=None, num_proc=1, force=False) -> Path:
+    """The pinned corpus (corpus.py, corpus_manifest.json) in GPT-2's ids. Each source's text is checked against
+    the manifest before tokenising, each split's token file after; a difference is one line naming the source.
+    corpus_archive: read the archive subset from this file (no network, no artifacts)."""
+    import corpus
+    manifest, cache = corpus.load_manifest(), corpus.default_cache()
+    if corpus_archive is not None and subset != "archive":
+        raise PrepareError("--corpus_archive holds the archive subset: pass --subset archive")
+    if gpt2_ranks_file() is None:
+        corpus.gpt2_ranks(cache, manifest)   # the pinned ranks, fetched from the registry (sha256-checked)
+    tok = load_tokenizer("gpt2")
+    args = {"source": "pinned", "subset": subset, "manifest_sha256": corpus.manifest_sha256(),
+            "tokenizer": tok.name, "tokenizer_sha256": tok.sha256}
+    source = f"pinned corpus, {subset} subset (corpus_manifest.json sha256 {args['manifest_sha256'][:16]}...)"
+    description = ("NOT C4. English prose from pinned registry artifacts (corpus_manifest.json; docs/data.md): "
+                   "documentation, books, speeches, dictionaries; markup stripped, duplicates removed; val = the "
+                   f"documents whose sha256 starts with a byte < {corpus.VAL_BYTE}. The same on every installation.")
+    splits = {}
+
+    def split_texts(split):
+        if not splits:
+            docs = list(corpus.documents(subset, cache, manifest, archive=corpus_archive and Path(corpus_archive)))
+            corpus.check_texts(docs, subset, manifest)
+            splits.update({s: [text for _, sp, text in docs if sp == s] for s in SPLITS})
+        return splits[split]
+
+    out = prepare(out_dir or f"data/pinned_{subset}", tok, args, source, description, True, split_texts,
+                  {"train": (None, None), "val": (None, None)}, num_proc, force)
+    corpus.check_splits(load_meta(out)["splits"], subset, manifest)
+    return out
 
 
 def prepare_wikitext2(out_dir="data/wikitext2", tokenizer="gpt2", wikitext_dir=None, train_tokens=None,

