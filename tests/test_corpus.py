@@ -399,3 +399,16 @@ def test_prepare_pinned_writes_the_manifests_token_files_and_names_a_changed_sou
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [err[0]] and err[0].startswith("error: source b (b 1) gives other train text than the manifest")
     assert not (tmp_path / "out2" / "meta.json").exists()
+
+
+def test_pinned_arguments_that_do_not_fit_are_one_line_errors(tmp_path, capsys):
+    import prepare_c4
+    for argv, expected in ((["--source", "offline", "--subset", "cpu"], "--subset and --corpus_archive are for --source pinned"),
+                           (["--source", "pinned", "--tokenizer", "bytes"], "--source pinned takes only --subset"),
+                           (["--source", "pinned", "--corpus_archive", str(tmp_path / "a.jsonl.xz")],
+                            "--corpus_archive holds the archive subset: pass --subset archive")):
+        with pytest.raises(SystemExit) as e:
+            prepare_c4.main(argv + ["--out_dir", str(tmp_path / "o")])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and expected in err.strip().splitlines()[-1]
+    assert not (tmp_path / "o").exists()
