@@ -1,9 +1,9 @@
 # The main job: a small softmax-1 + OrthoAdam model (the paper's architecture: RMSNorm-S, no biases)
-# on the pinned corpus's CPU subset (GPT-2 ids), a few minutes on 2 CPU cores (seconds on a GPU).
-#   python prepare_c4.py --source pinned && python train.py config/main.py
+# on the offline stand-in corpus, a few minutes on 2 CPU cores (seconds on a GPU).
+#   python prepare_c4.py --source offline && python train.py config/main.py
 # Running it again resumes the finished run (init_from='auto') and prints the same result.
 out_dir = 'out/main'
-dataset = 'pinned_cpu'
+dataset = 'offline'
 init_from = 'auto'
 n_layer, n_head, n_embd, block_size = 4, 4, 128, 128
 bias, norm, pos_emb, mlp = False, 'rmsnorm_single', 'absolute', 'gelu'
