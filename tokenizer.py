@@ -131,8 +131,10 @@ def load_gpt2() -> Tokenizer:
             raise PrepareError(
                 f"cannot load the GPT-2 vocabulary ({type(e).__name__}) and there is no local copy of its BPE ranks: "
                 f"run `python corpus.py fetch`, which downloads the pinned openai-whisper 20250625 sdist (sha256-"
-                f"checked) and extracts its gpt2.tiktoken into data/corpus_cache/, or point GPT2_TIKTOKEN at a copy of "
-                f"that file") from None
+                f"checked) and extracts its gpt2.tiktoken into data/corpus_cache/; or pip download --no-deps "
+                f"--no-binary :all: openai-whisper==20250625 -d whisper_src && tar -xzf whisper_src/openai_whisper-"
+                f"20250625.tar.gz -C whisper_src, then export GPT2_TIKTOKEN=$PWD/whisper_src/openai_whisper-20250625/"
+                f"whisper/assets/gpt2.tiktoken") from None
     return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, enc.encode_ordinary, R50K_SHA256 if path else None,
                      eos_token=enc.eot_token, eot_text=EOT_TEXT, decode=enc.decode)
 

@@ -290,6 +290,7 @@ def test_gpt2_from_a_local_ranks_file_equals_tiktokens_gpt2_definition(tmp_path,
 def test_missing_gpt2_vocabulary_says_exactly_what_to_do(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv('GPT2_TIKTOKEN', raising=False)
     monkeypatch.setenv('TIKTOKEN_CACHE_DIR', str(tmp_path / 'empty'))
+    monkeypatch.setenv('CORPUS_CACHE', str(tmp_path / 'empty'))       # nor the pinned copy of corpus.py fetch
     monkeypatch.setattr(tiktoken, 'get_encoding', lambda name: (_ for _ in ()).throw(ConnectionError('offline')))
     with pytest.raises(SystemExit) as e:
         prepare_c4.main(['--tokenizer', 'gpt2', '--out_dir', str(tmp_path / 'o')])
