@@ -34,6 +34,8 @@ Output format (format 1), in --out_dir:
                          "args": {the arguments that determine the content},
                          "tokenizer_info": {"name", "vocab_size", "eot_token", "eot_text", "bos_token",
                                             "eos_token", "add_bos", "sha256", "probe"}}
+                        A .tiktoken or hf: path is recorded relative to the working directory of prepare_c4.py
+                        (no absolute path in an output file).
                         tokens == file size / itemsize; sha256 is of the .bin file; max_token_id is its
                         largest token id (train.py checks the file against it; older folders lack it).
                         tokenizer_info (Tokenizer.record) lets analyze.py / train.py check that data and

@@ -218,9 +218,15 @@ def load_hf_tokenizer(spec: str) -> Tokenizer:
         eot, eot_text, size = size, None, size + 1
     with_specials = hf("a", add_special_tokens=True)["input_ids"]
     add_bos = hf.bos_token_id is not None and bool(with_specials) and with_specials[0] == hf.bos_token_id
-    name = "hf:" + (os.path.abspath(spec) if os.path.exists(spec) else spec)
+    name = "hf:" + (portable_path(spec) if os.path.exists(spec) else spec)
     return Tokenizer(name, size, eot, encode, fingerprint, hf.bos_token_id, hf.eos_token_id, add_bos, eot_text,
                      lambda ids: hf.decode([i for i in ids if i < len(hf)]))
+
+
+def portable_path(path: str) -> str:
+    """A tokenizer file's name as recorded in meta.json, checkpoints and JSON outputs: relative to the working
+    directory (no absolute path in an output file; the sha256 or probe ids identify the vocabulary itself)."""
+    return os.path.relpath(path)
 
 
 def load_tokenizer(spec: str) -> Tokenizer:
@@ -243,7 +249,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
         enc = tiktoken.Encoding(Path(spec).stem, pat_str=GPT2_PAT, mergeable_ranks=ranks,
                                 special_tokens={EOT_TEXT: len(ranks)})
         sha = hashlib.sha256(Path(spec).read_bytes()).hexdigest()
-        return Tokenizer(str(Path(spec).resolve()), len(ranks) + 1, len(ranks), enc.encode_ordinary, sha,
+        return Tokenizer(portable_path(spec), len(ranks) + 1, len(ranks), enc.encode_ordinary, sha,
                          eos_token=len(ranks), eot_text=EOT_TEXT, decode=enc.decode)
     raise PrepareError(f"--tokenizer {spec!r}: expected gpt2, bytes, hf:NAME_OR_DIR, hf:FILE.gguf or a path "
                        f"ending in .tiktoken")

@@ -217,7 +217,7 @@ def test_hf_tokenizer_gives_tiktoken_ids_on_the_same_bpe(tmp_path):
     for text in TEXTS + [tokenizer_lib.PROBE_TEXT]:
         assert list(hf.encode(text)) == list(tt.encode(text)) == ref.encode_ordinary(text), text
     assert (hf.vocab_size, hf.eot_token, hf.eot_text, hf.add_bos) == (len(ranks) + 1, len(ranks), '<|endoftext|>', False)
-    assert hf.name == f"hf:{tmp_path / 'tok'}" and len(hf.sha256) == 64
+    assert hf.name == f"hf:{os.path.relpath(tmp_path / 'tok')}" and len(hf.sha256) == 64   # no absolute path
     assert tokenizer_lib.tokenizer_mismatch(hf.record(), tt.record()) is None
     assert 'differ' in tokenizer_lib.tokenizer_mismatch(hf.record(), tokenizer_lib.load_tokenizer('bytes').record())
     assert tokenizer_lib.tokenizer_mismatch({'name': 'old'}, hf.record()) is None         # no probe: cannot tell
@@ -228,8 +228,8 @@ def test_prepare_with_a_model_tokenizer_records_it_and_round_trips(tmp_path):
     out = dataset.prepare_offline(tmp_path / 'data', f'hf:{folder}', max_docs=80)
     meta = dataset.load_meta(out)
     info = meta['tokenizer_info']
-    assert meta['tokenizer'] == info['name'] == f'hf:{folder}' and meta['eot_token'] == info['eot_token'] == 267
-    assert info['probe'] == list(tokenizer_lib.load_tokenizer(f'hf:{folder}').encode(tokenizer_lib.PROBE_TEXT))
+    assert meta['tokenizer'] == info['name'] == f'hf:{os.path.relpath(folder)}' and meta['eot_token'] == info['eot_token'] == 267
+    assert info['probe'] == list(tokenizer_lib.load_tokenizer(f'hf:{os.path.relpath(folder)}').encode(tokenizer_lib.PROBE_TEXT))
     assert meta['args']['tokenizer_sha256'] == info['sha256']
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
     docs = sources.offline_splits(sources.offline_documents(80))['val']
@@ -245,7 +245,7 @@ def test_c4_shards_in_a_model_vocabulary(tmp_path):
     out = dataset.prepare_c4(tmp_path / 'data', f'hf:{folder}', [str(tmp_path / 'c4')])
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
     assert [tok.decode(d.tolist()) for d in dataset.iter_documents(out, 'train')] == TRAIN[0]
-    assert dataset.load_meta(out)['tokenizer_info']['name'] == f'hf:{folder}'
+    assert dataset.load_meta(out)['tokenizer_info']['name'] == f'hf:{os.path.relpath(folder)}'
 
 
 def test_a_tokenizer_that_writes_its_separator_inside_a_document_is_refused():
@@ -350,7 +350,7 @@ def tiny_public(tmp_path):
 def test_data_of_another_tokenizer_is_refused_with_the_command_that_makes_it(tiny_public, tmp_path):
     wrong = dataset.prepare_offline(tmp_path / 'bytes', 'bytes', max_docs=120)     # ids fit: 257 < 272
     lm = runs.load_model(tiny_public, block_size=32)
-    assert lm.tokenizer['name'] == f'hf:{tiny_public}'
+    assert lm.tokenizer['name'] == f'hf:{os.path.relpath(tiny_public)}'
     with pytest.raises(ValueError) as e:
         measure.analyze(lm, str(wrong), 5, 2, 'cpu')
     msg = str(e.value)
@@ -392,7 +392,7 @@ def test_train_init_from_hf_starts_from_the_public_weights_and_resumes(tiny_publ
     ckpt = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)
     assert all(torch.equal(v, public.state_dict()[k]) for k, v in ckpt['model'].items())   # lr 0: unchanged
     assert ckpt['model_args'] == dict(dataclasses.asdict(public.config), attn='softmax1')
-    assert ckpt['tokenizer']['name'] == f'hf:{tiny_public}'
+    assert ckpt['tokenizer']['name'] == f'hf:{os.path.relpath(tiny_public)}'
     out = str(tmp_path / 'oa')
     first = train.train(finetune_config(data, out, tiny_public, '--optimizer=orthoadam', '--learning_rate=1e-3'))
     again = train.train(finetune_config(data, out, tiny_public, '--optimizer=orthoadam', '--learning_rate=1e-3',
