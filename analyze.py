@@ -66,7 +66,9 @@ created before any model runs):
   sink_kurtosis, sink_max_abs, sink_attn_mass, sink_attn_argmax (sink-token models only),
   per_layer {each metric above except ppl and the correlations: a list of M floats, layer 1 first},
   per_head {first_attn_argmax, first_attn_mass, attn_nowhere, sink_rate (and sink_attn_*): M lists of H floats}.
-  max_abs is in the units of the hidden state; a NaN is written as null.
+  provenance (provenance.py: git commit, corpus manifest sha256, versions, device).
+  max_abs is in the units of the hidden state; a NaN is written as null; model and data.dir are relative to the
+  working directory (no absolute path).
 
 --plots DIR (created before any model runs) writes attention_map.png (Fig. 1a), hidden_states.png
 (Fig. 1b), attention_layers.png (Appendix K: mean over heads for the mean over layers, layer 1, L/4 and 3L/4), hidden_layers.png
@@ -81,6 +83,7 @@ import argparse
 import os
 import sys
 
+import provenance
 from devices import choose_device
 from fileio import write_json
 from measure import SINK_EPS, analyze, choose_bos, data_or_hint, default_batch_size, optimizer_basis
@@ -183,7 +186,7 @@ def main(argv=None):
             one_file = args.json.endswith('.json')
             for r, (label, _) in zip(results, examples):
                 path = args.json if one_file else os.path.join(args.json, f'{label}.json')
-                write_json(path, json_safe(r), indent=1)
+                write_json(path, json_safe({**r, 'provenance': provenance.record(device)}), indent=1)
                 print(f'wrote {path}', file=sys.stderr)
         if args.plots:
             d = args.plots

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+import provenance
 from fileio import PrepareError, Progress, file_sha256, read_json, write_json
 from sources import (MIN_DOC_CHARS, VAL_PERCENT, bigram_backcopy_documents, c4_texts, find_c4_shards,
                      offline_documents, offline_splits, wikitext_files, wikitext_texts)
@@ -218,6 +219,7 @@ def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, 
             "dtype": np.dtype(tok.dtype).name, "source": source, "stand_in_for_c4": stand_in,
             "description": description, "splits": {s: progress["splits"][s] for s in SPLITS}, "args": args,
             "tokenizer_info": tok.record()}
+    meta["provenance"] = provenance.record(meta=meta)
     write_json(meta_path, meta)
     progress_path.unlink()
     return out

@@ -49,7 +49,8 @@ Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdo
 spec), "label", "kind" ("ours" | "hf"), "config" (as analyze.py: model_args or HF config, n_params, optimizer,
 ...), "quantised_layers": [module names], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
 "seconds": {"full", <scheme>}, "data": {"dir", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
-"predicted_tokens", "block_size", "batch_size", "bos"}}]}; a perplexity that is not finite is null. It is
+"predicted_tokens", "block_size", "batch_size", "bos"}}], "provenance": provenance.py's record}; paths are
+relative to the working directory (no absolute path); a perplexity that is not finite is null. It is
 rewritten after each model; its folder is created before the first model runs. --table reads such files and
 prints one Markdown table, a row per model.
 """
@@ -67,9 +68,10 @@ import torch.nn as nn
 
 import devices
 import measure
+import provenance
 import runs
 import tables
-from fileio import write_json
+from fileio import portable_path, write_json
 
 PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
 
@@ -268,9 +270,9 @@ def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False)
             with quantised(layers, backup, schemes[name][0], batch):
                 ppl[name] = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} {name}")[0]
         seconds[name] = round(time.time() - t0, 2)
-    return dict(model=lm.name, label=label, kind=lm.kind, config=lm.config, quantised_layers=[n for n, _ in layers],
+    return dict(model=portable_path(lm.name) if lm.kind == 'ours' else lm.name, label=label, kind=lm.kind, config=lm.config, quantised_layers=[n for n, _ in layers],
                 ppl=ppl, delta={s: ppl[s] - ppl['full'] for s in schemes}, seconds=seconds,
-                data=dict(dir=data_dir, tokenizer=meta['tokenizer'], stand_in_for_c4=meta.get('stand_in_for_c4'),
+                data=dict(dir=portable_path(data_dir), tokenizer=meta['tokenizer'], stand_in_for_c4=meta.get('stand_in_for_c4'),
                           max_docs=max_docs, documents=docs, predicted_tokens=tokens, block_size=lm.block_size,
                           batch_size=batch_size, bos=lm.bos))
 
@@ -294,9 +296,9 @@ def table(models, schemes=None):
     return header, rows
 
 
-def write_results(path, models, schemes, lm_head):
-    write_json(path, {'format': 1, 'schemes': list(schemes), 'lm_head': lm_head, 'models': tables.json_safe(models)},
-               indent=1)
+def write_results(path, models, schemes, lm_head, device=None):
+    write_json(path, {'format': 1, 'schemes': list(schemes), 'lm_head': lm_head, 'models': tables.json_safe(models),
+                      'provenance': provenance.record(device)}, indent=1)
 
 
 def read_runs(paths):
@@ -375,7 +377,7 @@ def main(argv=None):
                                    args.lm_head))
             del lm
             if args.json:
-                write_results(args.json, models, schemes, args.lm_head)
+                write_results(args.json, models, schemes, args.lm_head, device)
         d = models[0]['data']
         print(tables.text_table(*table(models, list(schemes))))
         print(f"{d['dir']} val: {d['documents']:,} documents, {d['predicted_tokens']:,} predicted tokens, "

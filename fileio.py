@@ -61,6 +61,12 @@ def write_json(path, obj, indent=2):
     os.replace(tmp, path)
 
 
+def portable_path(path):
+    """A path as an output file records it: relative to the working directory, never absolute (a result file
+    names no user's folder and stays true when the repository moves with its data)."""
+    return os.path.relpath(path) if path and os.path.isabs(path) else path
+
+
 def read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from dataset import iter_documents, load_meta
-from fileio import Progress
+from fileio import Progress, portable_path
 from runs import LoadedModel
 from tables import run_label
 from tokenizer import tokenizer_mismatch
@@ -364,11 +364,11 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
         raise ValueError(f"{data_dir}: the val split has no documents")
     if not quiet:
         progress.done()
-    data = dict(dir=data_dir, split='val', tokenizer=meta['tokenizer'], source=meta.get('source'),
+    data = dict(dir=portable_path(data_dir), split='val', tokenizer=meta['tokenizer'], source=meta.get('source'),
                 stand_in_for_c4=meta.get('stand_in_for_c4'), max_docs=max_docs, documents=stats.n_first,
                 positions=stats.n_first + stats.n_rest, predicted_tokens=stats.n_predicted,
                 block_size=lm.block_size, bos=lm.bos)
-    return dict(model=lm.name, kind=lm.kind, config=lm.config, data=data, **stats.result()), example
+    return dict(model=portable_path(lm.name) if lm.kind == 'ours' else lm.name, kind=lm.kind, config=lm.config, data=data, **stats.result()), example
 
 
 def optimizer_basis(lm: LoadedModel):

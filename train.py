@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import fsdp
 import measure
+import provenance
 from configurator import ConfigError, describe, load_config, save_config
 from dataset import resolve_dataset
 from devices import agree, all_reduce, any_rank, device_problem, peak_flops, rank_share, setup_distributed
@@ -612,6 +613,8 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
         if finished and r.master:   # e.g. the main job run a second time (init_from='auto')
             print(f"{r.ckpt_path} is a finished run (iteration {r.iter_num} of max_iters={cfg['max_iters']}): nothing "
                   f"to train, its evaluation again (not added to log.jsonl); raise --max_iters to train on")
+        if not (cfg['eval_only'] or finished):   # what made the iterations that follow (each job logs one)
+            r.log({'event': 'provenance', 'iter': r.iter_num, **provenance.record(device, meta)})
         if cfg['eval_only'] or finished:
             val_loss, val_ppl, n = evaluate(r.model, r.paths['val'], meta, cfg, rank, world, device, r.autocast)
             if r.master:

@@ -507,7 +507,7 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     md = capsys.readouterr().out.splitlines()
     assert 'Sink rate (ε=0.3)' in md[0] and md[3].split('|')[-2].strip() == 'n/a'
     analyze.main(['--ckpt', a, '--data', docs_dir, '--max_docs', '3', '--json', str(tmp_path / 'one.json')])
-    assert json.loads((tmp_path / 'one.json').read_text())['model'] == a
+    assert json.loads((tmp_path / 'one.json').read_text())['model'] == os.path.relpath(a)   # no absolute path
 
 
 @pytest.mark.parametrize('args, message', [
@@ -538,7 +538,7 @@ def test_json_folder_is_created(docs_dir, tmp_path):
     a = write_checkpoint(str(tmp_path / 'r'))
     path = tmp_path / 'new' / 'deeper' / 'x.json'
     analyze.main(['--ckpt', a, '--data', docs_dir, '--max_docs', '3', '--json', str(path)])
-    assert json.loads(path.read_text())['model'] == a
+    assert json.loads(path.read_text())['model'] == os.path.relpath(a)
 
 
 def test_sink_token_model_measures_real_tokens_and_reports_the_sink_apart(docs_dir):

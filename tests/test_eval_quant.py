@@ -288,12 +288,12 @@ def test_cli_table_json_and_markdown(trained, data, tmp_path, capsys):
     assert lines[0].split() == ['Model', '#Params', 'S1?', 'OA?', 'full', 'coarse', 'Δ', 'fine', 'Δ',
                                 'zeropoint4', 'Δ', 'absmax3g8', 'Δ']
     assert [line.split()[0] for line in lines[2:4]] == ['clean', 'outlier']
-    assert lines[4].startswith(f'{data} val: 40 documents')
+    assert lines[4].startswith(f'{os.path.relpath(data)} val: 40 documents')
     assert 'docs/s' in captured.err
     run = json.load(open(out))
     assert run['format'] == 1 and run['schemes'] == ['coarse', 'fine', 'zeropoint4', 'absmax3g8'] and not run['lm_head']
     a, b = run['models']
-    assert a['label'] == 'clean' and a['kind'] == 'ours' and a['model'] == clean
+    assert a['label'] == 'clean' and a['kind'] == 'ours' and a['model'] == os.path.relpath(clean)
     assert set(a) >= {'ppl', 'delta', 'seconds', 'config', 'data', 'quantised_layers'}
     assert set(a['ppl']) == {'full', 'coarse', 'fine', 'zeropoint4', 'absmax3g8'}
     assert a['delta']['fine'] == pytest.approx(a['ppl']['fine'] - a['ppl']['full'])
@@ -342,4 +342,4 @@ def test_json_folder_is_created_before_the_model_runs(trained, data, tmp_path):
     ckpt = save_checkpoint(trained, str(tmp_path / 'ckpt.pt'))
     path = tmp_path / 'new' / 'deeper' / 'q.json'
     eq.main(['--ckpt', ckpt, '--data', data, '--max_docs', '4', '--schemes', 'moderate', '--json', str(path)])
-    assert json.loads(path.read_text())['models'][0]['model'] == ckpt
+    assert json.loads(path.read_text())['models'][0]['model'] == os.path.relpath(ckpt)

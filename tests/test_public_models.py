@@ -433,7 +433,8 @@ def test_cli_defaults_data_hints_and_eval_quant_on_a_public_model(tiny_public, t
     from test_analyze import random_docs, write_docs
     write_docs(str(tmp_path / 'own'), random_docs())
     analyze.main(['--ckpt', ckpt, '--max_docs', '3', '--json', str(tmp_path / 'a.json')])
-    assert json.loads((tmp_path / 'a.json').read_text())['data']['dir'] == str(tmp_path / 'own')
+    recorded = json.loads((tmp_path / 'a.json').read_text())['data']['dir']      # relative: no absolute path
+    assert not os.path.isabs(recorded) and os.path.samefile(recorded, tmp_path / 'own')
     capsys.readouterr()
 
 

@@ -1,0 +1,63 @@
+"""Where an output came from: the code (git commit), the corpus definition (corpus_manifest.json's sha256), the
+data (each split's sha256 from meta.json), the library versions and the device. No path is recorded.
+
+Written into data/<name>/meta.json ("provenance"), a run's log.jsonl (one {"event": "provenance", "iter", ...}
+line for every job that trains: a fresh start and each resume), and the JSON of analyze.py and eval_quant.py
+("provenance"). The record:
+    {"commit": "<40 hex>" (+ "-dirty" when tracked files differ from it) or null outside a git checkout,
+     "corpus_manifest_sha256", "python", "torch", "numpy", "device" (e.g. "cpu (2 cores)", "NVIDIA H100 80GB HBM3"),
+     "data": {"train": sha256, "val": sha256} (when the data is known)}
+"""
+import functools
+import os
+import platform
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+
+from corpus import manifest_sha256
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+MANIFEST = os.path.join(ROOT, 'corpus_manifest.json')
+
+
+@functools.lru_cache(maxsize=None)
+def git_commit():
+    """HEAD of the checkout this file is in, '-dirty' when a tracked file differs from it; None without git."""
+    try:
+        head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=ROOT,
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ('-dirty' if dirty.returncode == 0 and dirty.stdout.strip() else '')
+
+
+def device_name(device=None):
+    """'cpu (N cores)' or the CUDA device's name; None when no device is involved (data preparation)."""
+    if device is None:
+        return None
+    import torch   # only here: data preparation records provenance without loading torch
+    device = torch.device(device)
+    if device.type == 'cuda' and torch.cuda.is_available():
+        return torch.cuda.get_device_name(device)
+    return f"{device.type} ({os.cpu_count()} cores)" if device.type == 'cpu' else device.type
+
+
+def _version(package):
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def record(device=None, meta=None):
+    """The provenance record (module docstring) of an output made on `device` from the data of `meta`."""
+    rec = {'commit': git_commit(),
+           'corpus_manifest_sha256': manifest_sha256(MANIFEST) if os.path.isfile(MANIFEST) else None,
+           'python': platform.python_version(), 'torch': _version('torch'), 'numpy': _version('numpy'),
+           'device': device_name(device)}
+    if meta and meta.get('splits'):
+        rec['data'] = {split: info.get('sha256') for split, info in meta['splits'].items()}
+    return rec

@@ -1,0 +1,56 @@
+"""Every output records where it came from (provenance.py) and no absolute path: meta.json, a run's log.jsonl,
+analyze.py's and eval_quant.py's JSON, made as a user makes them (relative paths from a working directory)."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+import analyze
+import eval_quant
+import prepare_c4
+import provenance
+from conftest import ROOT
+from test_faults import SMALL, cli, one_thread   # noqa: F401 (one_thread: autouse fixture)
+
+
+def test_the_record_against_git_hashlib_and_torch():
+    rec = provenance.record('cpu', {'splits': {'train': {'sha256': 'a'}, 'val': {'sha256': 'b'}}})
+    head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode == 0:
+        assert rec['commit'].removesuffix('-dirty') == head.stdout.strip()
+    with open(os.path.join(ROOT, 'corpus_manifest.json'), 'rb') as f:
+        assert rec['corpus_manifest_sha256'] == hashlib.sha256(f.read()).hexdigest()
+    assert rec['torch'] == torch.__version__ and rec['device'] == f'cpu ({os.cpu_count()} cores)'
+    assert rec['data'] == {'train': 'a', 'val': 'b'}
+    assert provenance.record()['device'] is None and 'data' not in provenance.record()
+
+
+def test_outputs_record_provenance_and_no_absolute_path(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert prepare_c4.main(['--source', 'bigram_backcopy', '--out_dir', 'data/bb',
+                            '--val_docs', '20']) in (0, None)
+    meta = json.loads((tmp_path / 'data' / 'bb' / 'meta.json').read_text())
+    assert meta['provenance']['data'] == {s: meta['splits'][s]['sha256'] for s in meta['splits']}
+    code, _, err = cli(capsys, '--dataset=bb', '--out_dir=out/run', *SMALL, '--max_iters=2', '--eval_interval=2')
+    assert code == 0, err
+    events = [json.loads(line) for line in (tmp_path / 'out' / 'run' / 'log.jsonl').read_text().splitlines()]
+    rec = [e for e in events if e['event'] == 'provenance']
+    assert len(rec) == 1 and rec[0]['iter'] == 0 and rec[0]['data'] == meta['provenance']['data']
+    assert rec[0]['device'].startswith('cpu') and rec[0]['commit'] == meta['provenance']['commit']
+    assert analyze.main(['--ckpt', 'out/run', '--max_docs', '4', '--json', 'out/run/analysis.json']) in (0, None)
+    assert eval_quant.main(['--ckpt', 'out/run', '--max_docs', '4', '--schemes', 'coarse',
+                            '--json', 'out/run/quant.json']) in (0, None)
+    for name in ('analysis.json', 'quant.json'):
+        doc = json.loads((tmp_path / 'out' / 'run' / name).read_text())
+        assert doc['provenance']['torch'] == torch.__version__, name
+    outputs = [tmp_path / 'data' / 'bb' / 'meta.json', *(tmp_path / 'out' / 'run').glob('*.json*')]
+    for path in outputs:
+        text = path.read_text()
+        assert str(tmp_path) not in text and os.path.realpath(tmp_path) not in text, path
+        assert ROOT not in text, path
+    ckpt = torch.load(tmp_path / 'out' / 'run' / 'ckpt.pt', weights_only=False)
+    assert not os.path.isabs(ckpt['data']['dir'])
+    assert sys.executable   # (the checks above ran in this process, as the scripts' main())
