@@ -53,7 +53,7 @@ def train_events(out):
     path = os.path.join(out, 'log.jsonl')
     if not os.path.exists(path):
         return []
-    return [json.loads(line) for line in open(path).read().splitlines() if '"train"' in line]
+    return [e for e in map(json.loads, open(path).read().splitlines()) if e['event'] == 'train']
 
 
 def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(bigram_data, tmp_path):

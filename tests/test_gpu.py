@@ -273,7 +273,7 @@ def test_ddp_one_process_matches_single_process(bigram_data, tmp_path):
     one = train_cli(bigram_data, tmp_path / 'one', '--max_iters=6',
                     launcher=('torch.distributed.run', '--standalone', '--nproc_per_node=1'))
     assert max_diff(single['model'], one['model']) <= 1e-6
-    losses = lambda out: [json.loads(line)['loss'] for line in open(out / 'log.jsonl') if '"train"' in line]
+    losses = lambda out: [e['loss'] for e in map(json.loads, open(out / 'log.jsonl')) if e['event'] == 'train']
     if CUDA and torch.cuda.device_count() >= 2:
         train_cli(bigram_data, tmp_path / 'two', '--max_iters=6',
                   launcher=('torch.distributed.run', '--standalone', '--nproc_per_node=2'))

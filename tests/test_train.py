@@ -208,8 +208,8 @@ def test_two_process_ddp_matches_single_process(bigram_data, tmp_path, variant):
     a, b = final_weights(single), final_weights(ddp)
     for k in a:
         assert torch.allclose(a[k], b[k], atol=atol), k
-    la = [json.loads(line)['loss'] for line in open(os.path.join(single, 'log.jsonl')) if '"train"' in line]
-    lb = [json.loads(line)['loss'] for line in open(os.path.join(ddp, 'log.jsonl')) if '"train"' in line]
+    la = [e['loss'] for e in map(json.loads, open(os.path.join(single, 'log.jsonl'))) if e['event'] == 'train']
+    lb = [e['loss'] for e in map(json.loads, open(os.path.join(ddp, 'log.jsonl'))) if e['event'] == 'train']
     assert la == pytest.approx(lb, rel=rel)
     ckpt = torch.load(os.path.join(ddp, 'ckpt.pt'), weights_only=False)
     assert len(ckpt['rng']) == 2   # one RNG state per rank
