@@ -1,6 +1,6 @@
 # The main job: a small softmax-1 + OrthoAdam model (the paper's architecture: RMSNorm-S, no biases)
 # on the offline stand-in corpus, a few minutes on 2 CPU cores (seconds on a GPU).
-#   python prepare_c4.py --source offline && python train.py config/main.py
+#   python prepare_c4.py --source offline --tokenizer bytes && python train.py config/main.py
 # Running it again resumes the finished run (init_from='auto') and prints the same result.
 out_dir = 'out/main'
 dataset = 'offline'

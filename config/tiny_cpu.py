@@ -1,5 +1,5 @@
 # A 2-layer model that trains on CPU in well under a minute: first contact and tests.
-#   python prepare_c4.py --source offline && python train.py config/tiny_cpu.py
+#   python prepare_c4.py --source offline --tokenizer bytes && python train.py config/tiny_cpu.py
 #   torchrun --standalone --nproc_per_node=2 train.py config/tiny_cpu.py   # the same run on 2 CPU processes
 # Running it again resumes the finished run (init_from='auto') and prints the same result.
 out_dir = 'out/tiny_cpu'
