@@ -37,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
+from fileio import file_sha256
 from corpus_text import UnknownFormat, code_like, member_documents, normalise
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
@@ -79,14 +80,6 @@ def subset_sources(manifest: dict, subset: str) -> list[dict]:
     return [s for s in manifest["sources"] if subset == "full" or s["subset"] == "cpu"]
 
 
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def artifact_url(src: dict) -> str:
     """Where the registry serves the artifact. PyPI's file URLs are looked up in its JSON API (they hold a
     content hash the manifest need not repeat); npm and Debian URLs follow from name and version."""
@@ -127,7 +120,7 @@ def fetch(src: dict, cache: Path) -> Path:
         tmp.unlink(missing_ok=True)
         raise CorpusError(f"source {src['id']}: cannot write {tmp} ({e.strerror}): free disk space or pass "
                           f"another --cache") from None
-    sha = sha256_file(tmp)
+    sha = file_sha256(tmp)
     if sha != src["sha256"]:
         tmp.unlink()
         raise CorpusError(f"source {src['id']}: the registry's {src['filename']} has sha256 {sha[:16]}..., the "
@@ -137,7 +130,7 @@ def fetch(src: dict, cache: Path) -> Path:
 
 
 def check_artifact(src: dict, path: Path):
-    sha = sha256_file(path)
+    sha = file_sha256(path)
     if sha != src["sha256"]:
         raise CorpusError(f"source {src['id']}: {path} has sha256 {sha[:16]}..., the manifest pins "
                           f"{src['sha256'][:16]}...: move that file away and run `python corpus.py fetch`")
@@ -148,7 +141,7 @@ def gpt2_ranks(cache: Path, manifest: dict | None = None) -> Path:
     "tokenizer"; fetched if missing) and checked against its sha256."""
     tok = (manifest or load_manifest())["tokenizer"]
     out = cache / "gpt2.tiktoken"
-    if out.exists() and sha256_file(out) == tok["member_sha256"]:
+    if out.exists() and file_sha256(out) == tok["member_sha256"]:
         return out
     path = fetch(tok, cache)
     try:
@@ -374,7 +367,7 @@ def write_archive(out: Path, cache: Path, manifest: dict) -> dict:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise CorpusError(f"cannot write {out} ({e.strerror}): free disk space or pass another --out") from None
-    return {"filename": out.name, "size": out.stat().st_size, "sha256": sha256_file(out), "chars": ARCHIVE_CHARS}
+    return {"filename": out.name, "size": out.stat().st_size, "sha256": file_sha256(out), "chars": ARCHIVE_CHARS}
 
 
 def read_archive(path: Path, manifest: dict) -> Iterator[tuple[str, str, str]]:
@@ -382,7 +375,7 @@ def read_archive(path: Path, manifest: dict) -> Iterator[tuple[str, str, str]]:
     pinned = manifest.get("archive", {}).get("sha256")
     if not path.is_file():
         raise CorpusError(f"corpus archive {path}: no such file")
-    sha = sha256_file(path)
+    sha = file_sha256(path)
     if sha != pinned:
         raise CorpusError(f"corpus archive {path.name} has sha256 {sha[:16]}..., the manifest pins "
                           f"{str(pinned)[:16]}...: "
@@ -399,7 +392,7 @@ def read_archive(path: Path, manifest: dict) -> Iterator[tuple[str, str, str]]:
 # ----------------------------------------------------------------------------- checks for prepare_c4.py
 
 def manifest_sha256(path=MANIFEST) -> str:
-    return sha256_file(path)
+    return file_sha256(path)
 
 
 def check_texts(docs: list[tuple[str, str, str]], subset: str, manifest: dict):

@@ -76,6 +76,7 @@ def read_json(path: Path) -> dict:
 
 def file_sha256(path: Path) -> str:
     """sha256 of a file, read in chunks (a progress line every ~2 s on big files)."""
+    path = Path(path)
     sha, size, chunk = hashlib.sha256(), path.stat().st_size, 1 << 26
     progress = Progress(f"checking sha256 of {path}", target_docs=(size + chunk - 1) // chunk, unit="chunks")
     with open(path, "rb") as f:

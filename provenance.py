@@ -14,10 +14,9 @@ import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 
-from corpus import manifest_sha256
+from corpus import MANIFEST, manifest_sha256
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-MANIFEST = os.path.join(ROOT, 'corpus_manifest.json')
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,7 +54,7 @@ def _version(package):
 def record(device=None, meta=None):
     """The provenance record (module docstring) of an output made on `device` from the data of `meta`."""
     rec = {'commit': git_commit(),
-           'corpus_manifest_sha256': manifest_sha256(MANIFEST) if os.path.isfile(MANIFEST) else None,
+           'corpus_manifest_sha256': manifest_sha256() if MANIFEST.is_file() else None,
            'python': platform.python_version(), 'torch': _version('torch'), 'numpy': _version('numpy'),
            'device': device_name(device)}
     if meta and meta.get('splits'):
