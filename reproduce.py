@@ -311,6 +311,11 @@ def describe(runs, scale: Scale):
     return lines
 
 
+def block_params(cfg):
+    """The transformer blocks' parameters of a config, 12 L d^2 (attention 4 d^2, MLP 8 d^2), without embeddings."""
+    return 12 * cfg['n_layer'] * cfg['n_embd'] ** 2
+
+
 CPU_FLOPS = 100e9   # more than a laptop's cores sustain in training, so a time from it is a lower bound
 
 
@@ -319,7 +324,7 @@ def cpu_bound(run):
     counted as 12 L d^2 for the blocks plus a GPT-2 vocabulary's embedding (the data may not be prepared yet)."""
     c = run.cfg
     tokens = c['max_iters'] * c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size']
-    params = 12 * c['n_layer'] * c['n_embd'] ** 2 + 50257 * c['n_embd']
+    params = block_params(c) + 50257 * c['n_embd']
     return tokens, 6 * params * tokens / CPU_FLOPS
 
 
@@ -353,7 +358,7 @@ def needs_fsdp(cfg, nproc):
     """Whether a row trains sharded (train.py --fsdp=True): on several GPUs, a model whose DDP copy per GPU (fp32
     weights, gradients, two moments: 16 bytes a parameter, plus activations) crowds a GPU, i.e. the 1.4B rows
     (docs/training.md, "Past one GPU's memory")."""
-    return nproc > 1 and 12 * cfg['n_layer'] * cfg['n_embd'] ** 2 >= FSDP_FROM_PARAMS
+    return nproc > 1 and block_params(cfg) >= FSDP_FROM_PARAMS
 
 
 def commands(run, scale: Scale, nproc):
