@@ -108,7 +108,9 @@ def plain_copy(model, model_args, device):
 def all_finite(model):
     """Whether every weight is finite on every rank (each rank checks its shards). Collective."""
     from orthoadam import local
-    bad = torch.tensor(int(not all(torch.isfinite(local(p)).all() for p in model.parameters())))
+    shards = [local(p) for p in model.parameters()]
+    bad = int(not all(torch.isfinite(s).all() for s in shards))
+    bad = torch.tensor(bad, device=shards[0].device)   # on the GPU under NCCL, which reduces no CPU tensor
     dist.all_reduce(bad, op=dist.ReduceOp.MAX)
     return not bad.item()
 

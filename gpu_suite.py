@@ -1,6 +1,6 @@
 """Validate every CUDA path of the project in one command and write one report (Markdown + JSON).
 
-    python gpu_suite.py --out out/gpu_suite --quick               # every part, smaller: one lease (about 8 minutes)
+    python gpu_suite.py --out out/gpu_suite --quick               # every part, smaller (H200: > 10 min; docs/gpu.md)
     python gpu_suite.py --out out/gpu_suite                       # every part at full size (each <= 5 minutes)
     python gpu_suite.py --out out/gpu_suite --parts tests         # one part; the report merges every part in --out
     python gpu_suite.py --out out/gpu_suite --parts bench,bench_train   # the speed parts only

@@ -93,7 +93,7 @@ def test_log_sum_exp_includes_the_sink():
     ks, vs = (s.detach() for s in sink)
     _, l2 = flash_sink._forward(q, k, v, ks, vs, 0, flash_sink._direct)
     s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(d)
-    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float('-inf'))
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=s.device).tril(), float('-inf'))
     c = (q.double() * ks.double()).sum(-1, keepdim=True) / math.sqrt(d)
     want = torch.logsumexp(torch.cat([c, s], dim=-1), dim=-1) / math.log(2)
     assert (l2.double() - want).abs().max() <= 1e-5

@@ -278,3 +278,25 @@ def test_ddp_one_process_matches_single_process(bigram_data, tmp_path):
         train_cli(bigram_data, tmp_path / 'two', '--max_iters=6',
                   launcher=('torch.distributed.run', '--standalone', '--nproc_per_node=2'))
         assert losses(tmp_path / 'two') == pytest.approx(losses(tmp_path / 'single'), rel=1e-4)
+
+
+@pytest.mark.parametrize('compile,dtype', [(False, 'float32'), (True, 'bfloat16')])
+def test_fsdp_one_rank_on_device_matches_a_plain_process_and_resumes(bigram_data, tmp_path, compile, dtype):
+    """fsdp=True under torchrun with one rank (NCCL on CUDA): FSDP2 shards, OrthoAdam on DTensor shards, the
+    sharded save. fp32 eager: the weights of a plain process to 1e-5. bf16 + compile (bf16 gathers, fp32 reduction,
+    MixedPrecisionPolicy): the plain process's bf16-autocast validation loss to 2%. Both: 4 steps + a sharded
+    resume of 4 give the weights of 8 straight sharded steps to 1e-6 (exact unless the device's kernels are not)."""
+    run = ('torch.distributed.run', '--standalone', '--nproc_per_node=1')
+    common = (f'--compile={compile}', f'--dtype={dtype}', '--eval_interval=8')
+    plain = train_cli(bigram_data, tmp_path / 'plain', '--max_iters=8', *common)
+    straight = train_cli(bigram_data, tmp_path / 'straight', '--max_iters=8', '--fsdp=True', *common, launcher=run)
+    assert straight['sharded']['world'] == 1 and straight['optimizer'] is None
+    train_cli(bigram_data, tmp_path / 'split', '--max_iters=4', '--fsdp=True', *common, launcher=run)
+    split = train_cli(bigram_data, tmp_path / 'split', '--max_iters=8', '--fsdp=True', '--init_from=resume', *common,
+                      launcher=run)
+    assert split['iter_num'] == 8
+    assert max_diff(straight['model'], split['model']) <= 1e-6
+    losses = lambda out: [e['val_loss'] for e in map(json.loads, open(out / 'log.jsonl')) if e['event'] == 'eval']
+    if dtype == 'float32':
+        assert max_diff(plain['model'], straight['model']) <= 1e-5
+    assert losses(tmp_path / 'straight')[-1] == pytest.approx(losses(tmp_path / 'plain')[-1], rel=2e-2)

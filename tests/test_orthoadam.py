@@ -27,7 +27,7 @@ def make_grads(params, steps, seed=1):
 def run(opt, params, grads):
     for step in grads:
         for n, p in params.items():
-            p.grad = step[n].clone()
+            p.grad = step[n].to(p.device, copy=True)
         opt.step()
 
 
