@@ -1,5 +1,5 @@
 """The on-disk dataset format (format 1, described in prepare_c4.py's docstring): writing a prepared folder
-(prepare and its entry points prepare_c4 / prepare_offline / prepare_wikitext2 / prepare_bigram_backcopy),
+(prepare and its entry points prepare_c4 / prepare_pinned / prepare_installed_docstrings / prepare_wikitext2 / prepare_bigram_backcopy),
 reading one (load_meta, iter_documents, eot_offsets), and resolve_dataset, the one rule that turns a dataset
 argument into a folder.
 
@@ -20,7 +20,7 @@ import numpy as np
 import provenance
 from fileio import PrepareError, Progress, file_sha256, read_json, write_json
 from sources import (MIN_DOC_CHARS, VAL_PERCENT, bigram_backcopy_documents, c4_texts, find_c4_shards,
-                     offline_documents, offline_splits, wikitext_files, wikitext_texts)
+                     docstring_documents, docstring_splits, wikitext_files, wikitext_texts)
 from tokenizer import Tokenizer, encode_stream, gpt2_ranks_file, load_tokenizer
 
 
@@ -79,8 +79,8 @@ def prepare_command(args: dict, out_dir) -> str | None:
         cmd += ["--data_files", *args["data_files"]] if args.get("data_files") else []
         cmd += ["--tokenizer", args["tokenizer"], "--train_tokens", str(args["train_tokens"]),
                 "--val_docs", str(args["val_docs"])]
-    elif source == "offline":
-        cmd += ["--source", "offline", "--tokenizer", args["tokenizer"]]
+    elif source in ("installed_docstrings", "offline"):   # "offline": its name before 2026-11-26
+        cmd += ["--source", "installed_docstrings", "--tokenizer", args["tokenizer"]]
         cmd += [x for k in ("max_docs", "train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
     elif source == "wikitext2":
         cmd += ["--source", "wikitext2"] + (["--wikitext_dir", args["wikitext_dir"]] if args.get("wikitext_dir") else [])
@@ -106,7 +106,7 @@ def prepare_again(d, args) -> str:
 def load_meta(data_dir) -> dict:
     """meta.json of a prepared folder, after checking the .bin files match it. Raises ValueError."""
     d = Path(data_dir)
-    hint = "run python prepare_c4.py (or python prepare_c4.py --source offline)"
+    hint = "run python prepare_c4.py (or python prepare_c4.py --source pinned)"
     if not (d / "meta.json").is_file():
         progress = read_json(d / ".progress.json").get("args")
         if progress is not None:
@@ -250,44 +250,47 @@ def prepare_c4(out_dir="data/c4", tokenizer="gpt2", data_files=None, train_token
                    num_proc, force)
 
 
-def prepare_offline(out_dir="data/offline", tokenizer="auto", max_docs=None, train_tokens=None, val_docs=None,
+def prepare_installed_docstrings(out_dir="data/installed_docstrings", tokenizer="auto", max_docs=None, train_tokens=None, val_docs=None,
                     num_proc=1, force=False) -> Path:
-    """The offline stand-in corpus (the installation's docstrings). tokenizer "auto" = gpt2.
+    """The docstrings of this installation (its text, and so its numbers, change with the installed packages and
+    the Python version: the pinned corpus is the one that is the same everywhere). tokenizer "auto" = gpt2.
     max_docs keeps only the first max_docs documents of the corpus (for tests)."""
     tok = load_tokenizer(tokenizer)
-    args = {"source": "offline", "tokenizer": tok.name, "tokenizer_sha256": tok.sha256, "max_docs": max_docs,
+    args = {"source": "installed_docstrings", "tokenizer": tok.name, "tokenizer_sha256": tok.sha256, "max_docs": max_docs,
             "train_tokens": train_tokens, "val_docs": val_docs}
     version = ".".join(map(str, sys.version_info[:3]))
-    source = f"offline stand-in corpus: pydoc topics + stdlib and site-packages docstrings (Python {version})"
+    source = f"installed docstrings (depends on the installation): pydoc topics + stdlib and site-packages docstrings (Python {version})"
     description = ("NOT C4. English prose from this Python installation, for runs without network: pydoc_data "
                    "topics and module/class/function docstrings of the standard library and installed packages "
                    f"(read with ast, nothing imported, test code skipped), >= {MIN_DOC_CHARS} characters, exact "
                    f"duplicates removed. sha1(text) % 100 < {VAL_PERCENT} goes to val, the rest to train; each "
-                   "split is ordered by sha1. Deterministic for a given installation.")
+                   "split is ordered by sha1. Deterministic for a given installation; another installation gives other text.")
     splits = {}
 
     def split_texts(split):
         if not splits:
-            splits.update(offline_splits(offline_documents(max_docs, num_proc)))
+            splits.update(docstring_splits(docstring_documents(max_docs, num_proc)))
         return splits[split]
 
     return prepare(out_dir, tok, args, source, description, True, split_texts,
                    {"train": (train_tokens, None), "val": (None, val_docs)}, num_proc, force)
 
 
-def prepare_pinned(out_dir=None, subset="cpu", corpus_archive=None, num_proc=1, force=False) -> Path:
-    """The pinned corpus (corpus.py, corpus_manifest.json) in GPT-2's ids. Each source's text is checked against
-    the manifest before tokenising, each split's token file after; a difference is one line naming the source.
+def prepare_pinned(out_dir=None, subset="cpu", corpus_archive=None, num_proc=1, force=False, tokenizer="gpt2") -> Path:
+    """The pinned corpus (corpus.py, corpus_manifest.json) in GPT-2's ids (or another tokenizer's, for a public
+    model). Each source's text is checked against the manifest before tokenising, each split's token file after
+    (GPT-2 ids: the manifest records their sha256s); a difference is one line naming the source.
     corpus_archive: read the archive subset from this file (no network, no artifacts)."""
     import corpus
     manifest, cache = corpus.load_manifest(), corpus.default_cache()
     if corpus_archive is not None and subset != "archive":
         raise PrepareError("--corpus_archive holds the archive subset: pass --subset archive")
-    if gpt2_ranks_file() is None:
+    if tokenizer in ("gpt2", "auto") and gpt2_ranks_file() is None:
         corpus.gpt2_ranks(cache, manifest)   # the pinned ranks, fetched from the registry (sha256-checked)
-    tok = load_tokenizer("gpt2")
+    tok = load_tokenizer(tokenizer)
     args = {"source": "pinned", "subset": subset, "manifest_sha256": corpus.manifest_sha256(),
             "tokenizer": tok.name, "tokenizer_sha256": tok.sha256}
+    gpt2 = tok.name == "gpt2"
     source = f"pinned corpus, {subset} subset (corpus_manifest.json sha256 {args['manifest_sha256'][:16]}...)"
     description = ("NOT C4. English prose from pinned registry artifacts (corpus_manifest.json; docs/data.md): "
                    "documentation, books, speeches, dictionaries; markup stripped, duplicates removed; val = the "
@@ -303,7 +306,8 @@ def prepare_pinned(out_dir=None, subset="cpu", corpus_archive=None, num_proc=1, 
 
     out = prepare(out_dir or f"data/pinned_{subset}", tok, args, source, description, True, split_texts,
                   {"train": (None, None), "val": (None, None)}, num_proc, force)
-    corpus.check_splits(load_meta(out)["splits"], subset, manifest)
+    if gpt2:
+        corpus.check_splits(load_meta(out)["splits"], subset, manifest)
     return out
 
 
@@ -344,8 +348,8 @@ def prepare_bigram_backcopy(out_dir="data/bigram_backcopy", vocab=64, triggers=1
 
 
 def resolve_dataset(dataset) -> str:
-    """The folder a dataset argument names: a bare name such as 'c4' or 'offline' is data/<name> (relative to the
-    working directory, where train.py has always looked); anything with a path separator ('data/offline',
+    """The folder a dataset argument names: a bare name such as 'c4' or 'pinned_cpu' is data/<name> (relative to the
+    working directory, where train.py has always looked); anything with a path separator ('data/pinned_cpu',
     '/abs/path', './mine') is that path as given. A bare name that is no folder under data/ but is a folder here
     is that folder."""
     dataset = os.fspath(dataset)

@@ -4,7 +4,7 @@
     python gpu_suite.py --out out/gpu_suite                       # every part at full size (each <= 5 minutes)
     python gpu_suite.py --out out/gpu_suite --parts tests         # one part; the report merges every part in --out
     python gpu_suite.py --out out/gpu_suite --parts bench,bench_train   # the speed parts only
-    python gpu_suite.py --out out/gpu_suite --parts train --data data/offline_gpt2 --train_iters 300
+    python gpu_suite.py --out out/gpu_suite --parts train --data data/pinned_archive --train_iters 300
     python gpu_suite.py --out out/gpu_suite --nproc 8             # a multi-GPU node: training through torchrun
 
 Parts (each a subprocess with its own log; --timeout, default 300 s, bounds each part, whose subprocesses share
@@ -50,6 +50,7 @@ from fileio import write_json
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PARTS = ('tests', 'bench', 'bench_train', 'train')
+ARCHIVE = 'corpus-archive.jsonl.xz'   # corpus.py archive's file (docs/data.md): the train part's data
 VARIANTS = ('vanilla', 's1', 'oa', 's1oa')   # config/table2/gpt2_60m_<variant>.py
 
 
@@ -139,8 +140,10 @@ def train_part(args, out):
     data = os.path.abspath(args.data)
     logfile = os.path.join(out, 'train.log')
     if not os.path.isfile(os.path.join(data, 'meta.json')):
-        rc, _ = run_part('train: data', [sys.executable, 'prepare_c4.py', '--source', 'offline', '--tokenizer', 'auto',
-                                         '--out_dir', data], logfile, left())
+        archive = [f for f in (os.path.join(ROOT, 'data', ARCHIVE), os.path.join(ROOT, ARCHIVE)) if os.path.isfile(f)]
+        rc, _ = run_part('train: data', [sys.executable, 'prepare_c4.py', '--source', 'pinned', '--subset', 'archive',
+                                         *(['--corpus_archive', archive[0]] if archive else []), '--out_dir', data],
+                         logfile, left())
         if rc:
             return {'data': {'dir': data}, 'iters': args.train_iters, 'nproc': args.nproc,
                     'rows': [{'variant': v, 'returncode': rc, 'wall_s': 0.0,
@@ -261,8 +264,8 @@ def main(argv=None):
     p.add_argument('--out', required=True, help='folder for logs, part results and report.md / report.json')
     p.add_argument('--parts', default=','.join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     p.add_argument('--quick', action='store_true', help='bench.py --quick and 30 training steps (a smoke run)')
-    p.add_argument('--data', default='data/offline', help='prepared dataset for the train part (made with '
-                   'prepare_c4.py --source offline --tokenizer auto when missing)')
+    p.add_argument('--data', default='data/pinned_archive', help='prepared dataset for the train part (made with '
+                   f'prepare_c4.py --source pinned --subset archive when missing, from data/{ARCHIVE} when there)')
     p.add_argument('--train_iters', type=int, default=100, help='training steps per variant (train part)')
     p.add_argument('--eval_tokens', type=int, default=262_144, help='validation tokens of each run (train part)')
     p.add_argument('--analyze_docs', type=int, default=200, help='validation documents analysed per run')

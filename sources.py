@@ -1,5 +1,5 @@
-"""Where prepare_c4.py's documents come from: C4 shards (local or the hub), WikiText-2 articles, the offline
-stand-in corpus (pydoc topics and docstrings of this Python installation) and the synthetic Bigram-Backcopy task.
+"""Where prepare_c4.py's documents come from: C4 shards (local or the hub), WikiText-2 articles, the docstrings
+of this Python installation (pydoc topics and docstrings: installation-dependent text) and the synthetic Bigram-Backcopy task.
 Each yields document texts (or token arrays) in a fixed order; dataset.py writes them."""
 import ast
 import glob
@@ -18,8 +18,8 @@ from tokenizer import CHUNK_DOCS, _ignore_sigint
 
 
 C4_SHARD = re.compile(r"c4-(train|validation)\..*\.json(\.gz)?")
-MIN_DOC_CHARS = 200  # offline corpus: shorter docstrings are mostly one-liners
-VAL_PERCENT = 2  # offline corpus: sha1(text) % 100 < 2 -> val
+MIN_DOC_CHARS = 200  # installed docstrings: shorter docstrings are mostly one-liners
+VAL_PERCENT = 2  # installed docstrings: sha1(text) % 100 < 2 -> val
 # WikiText-2 (raw): the file and the Hugging Face split of each of our splits; val is the TEST split
 WIKITEXT_SPLITS = {"train": ("wiki.train.raw", "train"), "val": ("wiki.test.raw", "test")}
 WIKITEXT_TITLE = re.compile(r"= [^=](.*[^=])? =")  # an article's title line; sections are "= = ... = ="
@@ -75,7 +75,7 @@ def c4_texts(split: str, shards: dict[str, list[str]] | None) -> Iterator[str]:
             msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             if shard is None:
                 raise PrepareError(f"cannot stream allenai/c4 from the Hugging Face hub ({msg}); without network "
-                                   "pass --data_files DIR with local C4 shards, or --source offline") from None
+                                   "pass --data_files DIR with local C4 shards, or --source pinned") from None
             raise PrepareError(f"cannot read {where} as C4 JSON lines ({msg}); the file is corrupt or not a C4 "
                                "shard: replace it and run the same command again") from None
 
@@ -148,7 +148,7 @@ def docstrings(path: str) -> list[str]:
     return [d for node in ast.walk(tree) if isinstance(node, nodes) and (d := ast.get_docstring(node))]
 
 
-def offline_documents(max_docs: int | None = None, num_proc: int = 1) -> list[str]:
+def docstring_documents(max_docs: int | None = None, num_proc: int = 1) -> list[str]:
     """Unique documents of >= MIN_DOC_CHARS characters, in a fixed order: pydoc topics, then docstrings of
     the standard library, then of site-packages. max_docs stops early (for tests)."""
     from pydoc_data.topics import topics
@@ -173,7 +173,7 @@ def offline_documents(max_docs: int | None = None, num_proc: int = 1) -> list[st
     paths = sysconfig.get_paths()
     roots = [paths["stdlib"]] + sorted({paths["purelib"], paths["platlib"]})
     files = [f for root in roots if os.path.isdir(root) for f in python_files(root)]
-    progress = Progress("offline corpus: reading docstrings", target_docs=len(files), unit="files")
+    progress = Progress("installed docstrings: reading", target_docs=len(files), unit="files")
     pool = multiprocessing.Pool(num_proc, initializer=_ignore_sigint) if num_proc > 1 else None
     try:
         for i, texts in enumerate(pool.imap(docstrings, files, chunksize=16) if pool else map(docstrings, files)):
@@ -187,7 +187,7 @@ def offline_documents(max_docs: int | None = None, num_proc: int = 1) -> list[st
     return docs
 
 
-def offline_splits(docs: list[str]) -> dict[str, list[str]]:
+def docstring_splits(docs: list[str]) -> dict[str, list[str]]:
     """Deterministic split by content hash; each split is ordered by hash, which mixes the sources."""
     keyed = sorted((hashlib.sha1(d.encode("utf-8")).hexdigest(), d) for d in docs)
     return {"train": [d for h, d in keyed if int(h, 16) % 100 >= VAL_PERCENT],

@@ -4,7 +4,7 @@
     python docs/probe_cost.py --gpt2_130m         # one probe of GPT-2 130M on the CPU beside a training step
 
 The first form runs train.py's main with every call of train.probe timed and prints the wall and CPU time spent
-in it against the whole run's. The second times one probe (probe_docs of data/offline's validation documents) of
+in it against the whole run's. The second times one probe (probe_docs of data/pinned_cpu's validation documents) of
 a randomly initialised config/gpt2_130m.py model and one forward and backward of 4 x 256 tokens, and extrapolates
 the latter to eval_interval iterations of the config's batch (512 x 256 tokens).
 """
@@ -43,12 +43,12 @@ def gpt2_130m():
     from prepare_c4 import load_meta
     cfg = load_config(train.DEFAULTS, ['config/gpt2_130m.py', '--dataset=offline'], train.CHOICES, train.RANGES)
     cfg['vocab_size'] = 50304
-    meta = load_meta('data/offline')
+    meta = load_meta('data/pinned_cpu')
     torch.manual_seed(0)
     model = GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS}))
     for _ in range(2):   # the second of each is reported
         t = time.perf_counter()
-        p = train.probe(model, cfg, meta, 'data/offline/val.bin', None, 'cpu')
+        p = train.probe(model, cfg, meta, 'data/pinned_cpu/val.bin', None, 'cpu')
         probe = time.perf_counter() - t
     x = torch.randint(0, meta['vocab_size'], (4, cfg['block_size'] + 1))
     for _ in range(2):

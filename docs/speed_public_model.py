@@ -1,7 +1,7 @@
 """Documents/s of analyze.py against a plain one-document-at-a-time transformers loop on the same documents
 (docs/public-models.md, "Speed"). Run from the repository root:
 
-    OMP_NUM_THREADS=1 python docs/speed_public_model.py MODEL.gguf data/offline_smollm2 200 [BATCH]
+    OMP_NUM_THREADS=1 python docs/speed_public_model.py MODEL.gguf data/pinned_cpu_smollm2 200 [BATCH]
     git show 4d41310:analyze.py > /tmp/old/analyze.py       # "before": the version that padded every batch
     OMP_NUM_THREADS=1 PYTHONPATH=/tmp/old python docs/speed_public_model.py ... (imports that analyze.py first)
 

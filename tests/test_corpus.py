@@ -8,6 +8,7 @@ import os
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import corpus
@@ -392,6 +393,16 @@ def test_prepare_pinned_writes_the_manifests_token_files_and_names_a_changed_sou
     assert {s: (v["sha256"], v["tokens"]) for s, v in meta["splits"].items()} == \
         {s: (v["sha256"], v["tokens"]) for s, v in manifest["subsets"]["full"]["splits"].items()}
     assert meta["args"]["manifest_sha256"] == corpus.manifest_sha256() and str(tmp_path) not in json.dumps(meta)
+    # another tokenizer (a public model's): the same texts, checked against the manifest, in its ids
+    prepare_c4.main(["--source", "pinned", "--subset", "full", "--tokenizer", "bytes", "--out_dir", str(tmp_path / "b")])
+    bmeta = dataset.load_meta(tmp_path / "b")
+    assert bmeta["args"]["tokenizer"] == "bytes" and bmeta["splits"]["train"]["sha256"] != meta["splits"]["train"]["sha256"]
+    for split in ("train", "val"):
+        ids = np.fromfile(tmp_path / "out" / f"{split}.bin", dtype=np.uint16)
+        byte_ids = np.fromfile(tmp_path / "b" / f"{split}.bin", dtype=np.uint16)
+        gpt2_docs = [tok.decode(d.tolist()) for d in np.split(ids, np.flatnonzero(ids == tok.eot_token) + 1)[:-1]]
+        byte_docs = [bytes(d[:-1].astype(np.uint8)).decode() for d in np.split(byte_ids, np.flatnonzero(byte_ids == 256) + 1)[:-1]]
+        assert byte_docs == [d[:-len("<|endoftext|>")] for d in gpt2_docs] and byte_docs
     manifest["subsets"]["full"]["sources"]["b"]["train"]["text_sha256"] = "0" * 64
     capsys.readouterr()
     with pytest.raises(SystemExit):
@@ -403,12 +414,16 @@ def test_prepare_pinned_writes_the_manifests_token_files_and_names_a_changed_sou
 
 def test_pinned_arguments_that_do_not_fit_are_one_line_errors(tmp_path, capsys):
     import prepare_c4
-    for argv, expected in ((["--source", "offline", "--subset", "cpu"], "--subset and --corpus_archive are for --source pinned"),
-                           (["--source", "pinned", "--tokenizer", "bytes"], "--source pinned takes only --subset"),
+    for argv, expected in ((["--source", "installed_docstrings", "--subset", "cpu"], "--subset and --corpus_archive are for --source pinned"),
+                           (["--source", "pinned", "--max_docs", "5"], "--source pinned takes only --subset"),
+                           (["--source", "offline"], "--source offline is now called --source installed_docstrings"),
                            (["--source", "pinned", "--corpus_archive", str(tmp_path / "a.jsonl.xz")],
                             "--corpus_archive holds the archive subset: pass --subset archive")):
         with pytest.raises(SystemExit) as e:
             prepare_c4.main(argv + ["--out_dir", str(tmp_path / "o")])
         err = capsys.readouterr().err
         assert e.value.code == 2 and expected in err.strip().splitlines()[-1]
+    with pytest.raises(SystemExit):   # another vocabulary must not land in data/pinned_cpu, GPT-2's folder
+        prepare_c4.main(["--source", "pinned", "--tokenizer", "bytes"])
+    assert "pass --out_dir too (the default data/pinned_cpu holds GPT-2 ids)" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

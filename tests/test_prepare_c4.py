@@ -157,7 +157,7 @@ def test_no_network_error(tmp_path, monkeypatch, capsys):
     code, err = run_main(["--tokenizer", "bytes", "--out_dir", str(tmp_path / "o"), "--num_proc", "1"], capsys)
     line = err.strip().splitlines()[-1]
     assert code == 2 and line.startswith("error: cannot stream allenai/c4")
-    assert "--data_files" in line and "--source offline" in line
+    assert "--data_files" in line and "--source pinned" in line
     assert not (tmp_path / "o" / "meta.json").exists() and not (tmp_path / "o" / "val.bin").exists()
 
 
@@ -293,9 +293,9 @@ def test_load_meta_rejects_corrupt_folders(shards, tmp_path):
         dataset.load_meta(tmp_path / "nowhere")
 
 
-def test_offline_corpus_is_deterministic(tmp_path, monkeypatch):
+def test_installed_docstrings_are_deterministic_on_one_installation(tmp_path, monkeypatch):
     monkeypatch.setattr(tokenizer_lib, "CHUNK_DOCS", 64)
-    a, b = (dataset.load_meta(dataset.prepare_offline(tmp_path / d, "bytes", max_docs=300)) for d in "ab")
+    a, b = (dataset.load_meta(dataset.prepare_installed_docstrings(tmp_path / d, "bytes", max_docs=300)) for d in "ab")
     assert a["splits"] == b["splits"] and a["stand_in_for_c4"] is True and "NOT C4" in a["description"]
     assert a["splits"]["train"]["documents"] + a["splits"]["val"]["documents"] == 300
     for split in ("train", "val"):
@@ -303,8 +303,8 @@ def test_offline_corpus_is_deterministic(tmp_path, monkeypatch):
             text = bytes(doc).decode()
             assert len(text) >= sources.MIN_DOC_CHARS
             assert (int(hashlib.sha1(text.encode()).hexdigest(), 16) % 100 < 2) == (split == "val")
-    docs = sources.offline_documents(max_docs=120)
-    assert docs == sources.offline_documents(max_docs=120, num_proc=2) and len(set(docs)) == 120
+    docs = sources.docstring_documents(max_docs=120)
+    assert docs == sources.docstring_documents(max_docs=120, num_proc=2) and len(set(docs)) == 120
 
 
 def test_small_pieces(tmp_path):
@@ -317,9 +317,9 @@ def test_small_pieces(tmp_path):
         tokenizer_lib.load_tokenizer(str(bad))
 
 
-@pytest.mark.parametrize("source", ["shards", "offline"])
+@pytest.mark.parametrize("source", ["shards", "docstrings"])
 def test_train_reads_what_prepare_writes(source, shards, vocab, tmp_path):
-    """train.py trains from local C4 shards (test vocabulary) and from the offline corpus (bytes)."""
+    """train.py trains from local C4 shards (test vocabulary) and from the installed docstrings (bytes)."""
     import math
 
     import train
@@ -329,7 +329,7 @@ def test_train_reads_what_prepare_writes(source, shards, vocab, tmp_path):
     if source == "shards":
         dataset.prepare_c4(out_dir=out, tokenizer=str(vocab[0]), data_files=[str(shards)], val_docs=100)
     else:
-        dataset.prepare_offline(out_dir=out, tokenizer="bytes", max_docs=300)
+        dataset.prepare_installed_docstrings(out_dir=out, tokenizer="bytes", max_docs=300)
     args = [os.path.join(ROOT, "config", "tiny_cpu.py"), f"--dataset={out}", f"--out_dir={tmp_path / 'run'}",
             "--max_iters=3", "--block_size=16", "--batch_size=2", "--eval_tokens=64"]
     cfg = load_config(train_config.DEFAULTS, args, train_config.CHOICES)
@@ -390,12 +390,12 @@ def test_meta_records_each_splits_largest_token_id(shards, vocab, tmp_path):
         assert meta["splits"][split]["max_token_id"] == int(ids.max())
 
 
-@pytest.mark.parametrize("source", ["offline", "shards"])
+@pytest.mark.parametrize("source", ["docstrings", "shards"])
 def test_hint_after_a_corrupt_file_repeats_the_command_that_made_it(source, shards, tmp_path, capsys):
     """The hint is the exact command (source, tokenizer, sizes, out_dir), and following it literally repairs."""
     import shlex
     out = tmp_path / "data"
-    given = (["--source", "offline", "--tokenizer", "bytes", "--max_docs", "300"] if source == "offline" else
+    given = (["--source", "installed_docstrings", "--tokenizer", "bytes", "--max_docs", "300"] if source == "docstrings" else
              ["--data_files", str(shards), "--tokenizer", "bytes", "--val_docs", "3"])
     prepare_c4.main(given + ["--num_proc", "1", "--out_dir", str(out)])
     good = (out / "train.bin").read_bytes()
@@ -403,7 +403,7 @@ def test_hint_after_a_corrupt_file_repeats_the_command_that_made_it(source, shar
     with pytest.raises(ValueError) as e:
         dataset.load_meta(out)
     command = str(e.value).split("prepare it again: ")[1]
-    expected = (f"python prepare_c4.py --source offline --tokenizer bytes --max_docs 300 --out_dir {out}" if source == "offline"
+    expected = (f"python prepare_c4.py --source installed_docstrings --tokenizer bytes --max_docs 300 --out_dir {out}" if source == "docstrings"
                 else f"python prepare_c4.py --data_files {shards} --tokenizer bytes --train_tokens 100000000 "
                      f"--val_docs 3 --out_dir {out}")
     assert command == expected

@@ -225,14 +225,14 @@ def test_hf_tokenizer_gives_tiktoken_ids_on_the_same_bpe(tmp_path):
 
 def test_prepare_with_a_model_tokenizer_records_it_and_round_trips(tmp_path):
     folder = write_hf_tokenizer(tmp_path / 'tok', tiny_ranks())
-    out = dataset.prepare_offline(tmp_path / 'data', f'hf:{folder}', max_docs=80)
+    out = dataset.prepare_installed_docstrings(tmp_path / 'data', f'hf:{folder}', max_docs=80)
     meta = dataset.load_meta(out)
     info = meta['tokenizer_info']
     assert meta['tokenizer'] == info['name'] == f'hf:{os.path.relpath(folder)}' and meta['eot_token'] == info['eot_token'] == 267
     assert info['probe'] == list(tokenizer_lib.load_tokenizer(f'hf:{os.path.relpath(folder)}').encode(tokenizer_lib.PROBE_TEXT))
     assert meta['args']['tokenizer_sha256'] == info['sha256']
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
-    docs = sources.offline_splits(sources.offline_documents(80))['val']
+    docs = sources.docstring_splits(sources.docstring_documents(80))['val']
     assert [tok.decode(d.tolist()) for d in dataset.iter_documents(out, 'val')] == docs
 
 
@@ -348,21 +348,21 @@ def tiny_public(tmp_path):
 
 
 def test_data_of_another_tokenizer_is_refused_with_the_command_that_makes_it(tiny_public, tmp_path):
-    wrong = dataset.prepare_offline(tmp_path / 'bytes', 'bytes', max_docs=120)     # ids fit: 257 < 272
+    wrong = dataset.prepare_installed_docstrings(tmp_path / 'bytes', 'bytes', max_docs=120)     # ids fit: 257 < 272
     lm = runs.load_model(tiny_public, block_size=32)
     assert lm.tokenizer['name'] == f'hf:{os.path.relpath(tiny_public)}'
     with pytest.raises(ValueError) as e:
         measure.analyze(lm, str(wrong), 5, 2, 'cpu')
     msg = str(e.value)
     assert 'does not fit' in msg and '\n' not in msg
-    assert f'python prepare_c4.py --source offline --tokenizer hf:{tiny_public} --out_dir {wrong}_tiny-llama' in msg
-    right = dataset.prepare_offline(tmp_path / 'right', f'hf:{tiny_public}', max_docs=120)
+    assert f'python prepare_c4.py --source installed_docstrings --tokenizer hf:{tiny_public} --out_dir {wrong}_tiny-llama' in msg
+    right = dataset.prepare_installed_docstrings(tmp_path / 'right', f'hf:{tiny_public}', max_docs=120)
     result, _ = measure.analyze(lm, str(right), 5, 2, 'cpu')
     assert result['data']['documents'] == 1 and math.isfinite(result['ppl'])    # 120 documents: 1 in val
 
 
 def test_bos_choices(tiny_public, tmp_path):
-    data = dataset.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=120)
+    data = dataset.prepare_installed_docstrings(tmp_path / 'd', f'hf:{tiny_public}', max_docs=120)
     meta = dataset.load_meta(data)
     lm = runs.load_model(tiny_public, block_size=32)
     assert lm.bos == 267                                             # auto: the config's bos_token_id (Llama)
@@ -384,7 +384,7 @@ def finetune_config(data, out, spec, *overrides):
 
 
 def test_train_init_from_hf_starts_from_the_public_weights_and_resumes(tiny_public, tmp_path):
-    data = str(dataset.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=400))
+    data = str(dataset.prepare_installed_docstrings(tmp_path / 'd', f'hf:{tiny_public}', max_docs=400))
     public = GPT.from_hf(tiny_public, block_size=32)
     out = str(tmp_path / 'same')
     cfg = finetune_config(data, out, tiny_public, '--learning_rate=0.0', '--min_lr=0.0', '--attn=softmax1')
@@ -400,7 +400,7 @@ def test_train_init_from_hf_starts_from_the_public_weights_and_resumes(tiny_publ
     assert first['iter'] == 2 and again['iter'] == 4 and math.isfinite(again['val_loss'])
     lm = runs.load_model(out)
     assert lm.data == data and lm.tokenizer['probe'] == dataset.load_meta(data)['tokenizer_info']['probe']
-    wrong = str(dataset.prepare_offline(tmp_path / 'bytes', 'bytes', max_docs=400))
+    wrong = str(dataset.prepare_installed_docstrings(tmp_path / 'bytes', 'bytes', max_docs=400))
     with pytest.raises(train_config.TrainingError, match=f'--tokenizer hf:{tiny_public}'):
         train.train(finetune_config(wrong, str(tmp_path / 'w'), tiny_public))
     with pytest.raises(train_config.TrainingError, match="'init_from' must be one of"):
@@ -419,7 +419,7 @@ def test_cli_defaults_data_hints_and_eval_quant_on_a_public_model(tiny_public, t
     with pytest.raises(SystemExit) as e:              # no data: the command that makes it, in the model's vocabulary
         analyze.main(['--init_from', tiny_public, '--data', str(tmp_path / 'nowhere')])
     assert f'--tokenizer hf:{tiny_public} --out_dir {tmp_path / "nowhere"}' in str(e.value)
-    data = str(dataset.prepare_offline(tmp_path / 'd', f'hf:{tiny_public}', max_docs=120))
+    data = str(dataset.prepare_installed_docstrings(tmp_path / 'd', f'hf:{tiny_public}', max_docs=120))
     eval_quant.main(['--init_from', tiny_public, '--data', data, '--schemes', 'absmax4', '--bos', 'eot',
                      '--block_size', '32', '--json', str(tmp_path / 'q.json')])
     run = json.loads((tmp_path / 'q.json').read_text())['models'][0]
