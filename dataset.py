@@ -82,6 +82,10 @@ def prepare_command(args: dict, out_dir) -> str | None:
     elif source in ("installed_docstrings", "offline"):   # "offline": its name before 2026-11-26
         cmd += ["--source", "installed_docstrings", "--tokenizer", args["tokenizer"]]
         cmd += [x for k in ("max_docs", "train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
+    elif source == "pinned":   # the archive subset's file is not recorded (no paths in meta.json)
+        cmd += ["--source", "pinned", "--subset", args["subset"]]
+        cmd += ["--corpus_archive", "corpus-archive.jsonl.xz"] if args["subset"] == "archive" else []
+        cmd += ["--tokenizer", args["tokenizer"]] if args.get("tokenizer", "gpt2") != "gpt2" else []
     elif source == "wikitext2":
         cmd += ["--source", "wikitext2"] + (["--wikitext_dir", args["wikitext_dir"]] if args.get("wikitext_dir") else [])
         cmd += ["--tokenizer", args["tokenizer"]]
