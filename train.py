@@ -344,6 +344,8 @@ def build_model(r, ckpt, pretrained, local_rank):
     torch.manual_seed(cfg['seed'])                   # identical initial weights on every rank
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
+    if r.device_type == 'cpu':   # else the tied embedding's gradient is summed in an order that varies from run to
+        torch.use_deterministic_algorithms(True)   # run (2 threads): the main job's val ppl moved in its 2nd decimal
     r.model_args = {k: cfg[k] for k in MODEL_KEYS}
     model = GPT(GPTConfig(**r.model_args))
     if ckpt is not None:
