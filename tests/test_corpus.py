@@ -142,6 +142,33 @@ def test_wordnet_glosses_and_json_chapters():
     assert corpus_text.member_documents("c1.json", chapter, "json_chapter") == [("c1.json", "Loomings.\n\nCall me Ishmael.")]
 
 
+def test_api_descriptions_keep_their_documentation_strings_under_their_names():
+    service = {"version": "2.0", "metadata": {"endpointPrefix": "s3"},
+               "documentation": "<p>Stores <code>objects</code> in buckets.</p>",
+               "operations": {"PutObject": {"http": {"method": "PUT"}, "documentation":
+                                            "<p>Adds an object to a bucket.</p><ul><li><p>Never partial.</p></li></ul>"}},
+               "shapes": {"Key": {"type": "string", "enum": ["a"], "documentation": "<p>The name of the object.</p>"}}}
+    assert corpus_text.member_documents("s3/service-2.json", json.dumps(service).encode(), "json_docs") == [
+        ("s3/service-2.json", "Stores objects in buckets.\n\nPutObject\n\nAdds an object to a bucket.\n\n"
+                              "Never partial.\n\nKey\n\nThe name of the object.")]
+    discovery = {"description": "Manages sites.", "resources": {"sites": {"methods": {"get": {
+        "description": "Gets a site.", "parameters": {"name": {"type": "string", "description": "Required. The site."}}}}}}}
+    assert corpus_text.json_docs(json.dumps(discovery)) == "Manages sites.\n\nget\n\nGets a site.\n\nname\n\nRequired. The site."
+
+
+def test_jsii_assembly_gives_readmes_and_api_summaries_without_examples():
+    readme = ("# Buckets\n\nA [bucket](https://x/y) holds **objects**\nof any size.\n\n```ts\nnew Bucket(this, 'B');\n```\n\n"
+              "Use `grantRead` to share it.")
+    assembly = {"readme": {"markdown": readme},
+                "types": {"lib.Bucket": {"name": "Bucket", "docs": {"summary": "An S3 bucket.", "example": "new Bucket()",
+                                                                   "remarks": "Buckets are\nregional."},
+                                         "properties": [{"name": "bucketName", "docs": {"default": "- generated",
+                                                                                        "summary": "The bucket's name."}}]}}}
+    assert corpus_text.member_documents(".jsii", json.dumps(assembly).encode(), "jsii") == [
+        (".jsii", "Buckets\n\nA bucket holds objects of any size.\n\nUse grantRead to share it.\n\n"
+                  "Bucket\n\nAn S3 bucket.\n\nBuckets are regional.\n\nbucketName\n\nThe bucket's name.")]
+
+
 def test_dictd_entries_become_paragraphs_without_tags_and_pronunciations():
     data = ("00-database-info\n     This is GCIDE.\n\n"
             "Lapidate \\Lap\"i*date\\, v. t. [L. lapidatus, p. p. of lapidare,\n   fr. lapis stone.]\n"
