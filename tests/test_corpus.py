@@ -1,6 +1,7 @@
 """The pinned corpus (corpus.py, corpus_text.py): archive readers, markup readers, cleaning, dedup and split on
 small archives made here, checked against hand-written text; fetch and resume failures; and the CPU subset built from the real
 artifacts (in $CORPUS_CACHE, which .ci/run fills) against the sha256s and token counts in corpus_manifest.json."""
+import gzip
 import hashlib
 import io
 import json
@@ -141,6 +142,51 @@ def test_wordnet_glosses_and_json_chapters():
                              "blitz, blitz krieg: a swift offensive; \"the blitz\"")]
     chapter = json.dumps({"chapter": "1", "title": "Loomings.", "text": "Call me Ishmael."}).encode()
     assert corpus_text.member_documents("c1.json", chapter, "json_chapter") == [("c1.json", "Loomings.\n\nCall me Ishmael.")]
+
+
+def test_api_descriptions_keep_their_documentation_strings_under_their_names():
+    service = {"version": "2.0", "metadata": {"endpointPrefix": "s3"},
+               "documentation": "<p>Stores <code>objects</code> in buckets.</p>",
+               "operations": {"PutObject": {"http": {"method": "PUT"}, "documentation":
+                                            "<p>Adds an object to a bucket.</p><ul><li><p>Never partial.</p></li></ul>"}},
+               "shapes": {"Key": {"type": "string", "enum": ["a"], "documentation": "<p>The name of the object.</p>"}}}
+    assert corpus_text.member_documents("s3/service-2.json", json.dumps(service).encode(), "json_docs") == [
+        ("s3/service-2.json", "Stores objects in buckets.\n\nPutObject\n\nAdds an object to a bucket.\n\n"
+                              "Never partial.\n\nKey\n\nThe name of the object.")]
+    discovery = {"description": "Manages sites.", "resources": {"sites": {"methods": {"get": {
+        "description": "Gets a site.", "parameters": {"name": {"type": "string", "description": "Required. The site."}}}}}}}
+    assert corpus_text.json_docs(json.dumps(discovery)) == "Manages sites.\n\nget\n\nGets a site.\n\nname\n\nRequired. The site."
+
+
+def test_jsii_assembly_gives_readmes_and_api_summaries_without_examples():
+    readme = ("# Buckets\n\nA [bucket](https://x/y) holds **objects**\nof any size.\n\n```ts\nnew Bucket(this, 'B');\n```\n\n"
+              "Use `grantRead` to share it.")
+    assembly = {"readme": {"markdown": readme},
+                "types": {"lib.Bucket": {"name": "Bucket", "docs": {"summary": "An S3 bucket.", "example": "new Bucket()",
+                                                                   "remarks": "Buckets are\nregional."},
+                                         "properties": [{"name": "bucketName", "docs": {"default": "- generated",
+                                                                                        "summary": "The bucket's name."}}]}}}
+    assert corpus_text.member_documents(".jsii", json.dumps(assembly).encode(), "jsii") == [
+        (".jsii", "Buckets\n\nA bucket holds objects of any size.\n\nUse grantRead to share it.\n\n"
+                  "Bucket\n\nAn S3 bucket.\n\nBuckets are regional.\n\nbucketName\n\nThe bucket's name.")]
+
+
+def test_man_pages_keep_prose_and_drop_synopsis_code_and_macros():
+    page = (".\\\" a comment\n.de XX\n.nf\nmacro body\n..\n.TH QSORT 3 2023\n.SH NAME\nqsort \\- sort an array\n"
+            ".SH SYNOPSIS\n.nf\n.B #include <stdlib.h>\n.fi\n.SH DESCRIPTION\nThe\n.BR qsort ()\nfunction sorts\n"
+            "\\fIbase\\fP in place\\(em quickly.\n.PP\nSee\n.IR \"sort order\" .\n.EX\nqsort(a, n, 4, cmp);\n.EE\n"
+            ".TP\n.B EINVAL\nBad \\[lq]size\\[rq].\n")
+    assert corpus_text.member_documents("man3/qsort.3.gz", gzip.compress(page.encode()), "man") == [
+        ("man3/qsort.3.gz", "NAME\n\nqsort - sort an array\n\nSYNOPSIS\n\nDESCRIPTION\n\nThe qsort() function sorts base in "
+                            "place— quickly.\n\nSee sort order.\n\nEINVAL Bad “size”.")]
+
+
+def test_info_files_lose_node_headers_menus_and_code_but_keep_definitions():
+    info = ("\x1f\nFile: g.info,  Node: Lists,  Next: Pairs,  Up: Top\n\n2.1 Lists\n=========\n\nA list is\nmade of pairs.\n\n"
+            "* Menu:\n\n* Pairs::   Cons cells.\n\n     (define x (list 1 2))\n\n -- Procedure: length lst\n"
+            "     Return the number of elements in LST.\n\n\x1f\nTag Table:\nNode: Top\x7f100\n")
+    assert corpus_text.info_to_text(info) == ("2.1 Lists\n\nA list is made of pairs.\n\n"
+                                              "-- Procedure: length lst Return the number of elements in LST.")
 
 
 def test_dictd_entries_become_paragraphs_without_tags_and_pronunciations():
