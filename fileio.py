@@ -67,6 +67,12 @@ def portable_path(path):
     return os.path.relpath(path) if path and os.path.isabs(path) else path
 
 
+def model_label(name):
+    """How an output file names a model: a local checkpoint, folder or GGUF file by portable_path, a hub name as
+    given (a GGUF file found by absolute path was recorded with it before 2026-11-26)."""
+    return portable_path(name) if name and os.path.exists(name) else name
+
+
 def read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())

@@ -58,7 +58,7 @@ import measure
 import runs
 import tables
 from model import GPT
-from fileio import write_json
+from fileio import model_label, write_json
 
 INTERVENTIONS = ('none', 'zero', 'mean', 'zero_random', 'mask_first_key')
 MASSIVE_ABS, MASSIVE_RATIO = 100.0, 1000.0     # Sun et al.'s bar: |x| > 100 and > 1000 x the median |x|
@@ -286,7 +286,7 @@ def main(argv=None):
             kind, lm = lm.kind, as_gpt(lm, device)
             channels, results, record = intervene(lm, data, args.max_docs or None, batch_size, device, args.k, names,
                                                   args.sink_eps, massive_only=args.massive_only)
-            models.append(dict(model=spec, label=label, kind=kind, config=lm.config, data=record, channels=channels,
+            models.append(dict(model=model_label(spec), label=label, kind=kind, config=lm.config, data=record, channels=channels,
                                results=results))
             del lm
             if args.json:

@@ -41,7 +41,7 @@ import devices
 import measure
 import runs
 from dataset import iter_documents
-from fileio import PrepareError, Progress, write_json
+from fileio import PrepareError, Progress, model_label, write_json
 from tokenizer import load_tokenizer, tokenizer_mismatch
 
 
@@ -233,7 +233,7 @@ def main(argv=None):
             from lm_eval.utils import make_table
             print(make_table(out))
             result = {k: out.get(k) for k in ('results', 'versions', 'n-shot', 'configs')}
-            result.update(model=args.ckpt, block_size=lm.block_size)
+            result.update(model=model_label(args.ckpt), block_size=lm.block_size)
         if args.json:
             write_json(args.json, json.loads(json.dumps(result, default=str)))
     except ValueError as e:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from dataset import iter_documents, load_meta
-from fileio import Progress, portable_path
+from fileio import Progress, model_label, portable_path
 from runs import LoadedModel
 from tables import run_label
 from tokenizer import tokenizer_mismatch
@@ -369,7 +369,7 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
                 stand_in_for_c4=meta.get('stand_in_for_c4'), max_docs=max_docs, documents=stats.n_first,
                 positions=stats.n_first + stats.n_rest, predicted_tokens=stats.n_predicted,
                 block_size=lm.block_size, bos=lm.bos)
-    return dict(model=portable_path(lm.name) if lm.kind == 'ours' else lm.name, kind=lm.kind, config=lm.config, data=data, **stats.result()), example
+    return dict(model=model_label(lm.name), kind=lm.kind, config=lm.config, data=data, **stats.result()), example
 
 
 def optimizer_basis(lm: LoadedModel):

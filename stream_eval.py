@@ -58,7 +58,7 @@ import torch
 import torch.nn.functional as F
 
 from devices import choose_device
-from fileio import PrepareError, portable_path, read_json, write_json
+from fileio import PrepareError, model_label, portable_path, read_json, write_json
 from measure import check_data, choose_bos, data_or_hint
 from plots import _pyplot, _save
 from runs import check_ckpt, load_gpt, make_folder
@@ -153,7 +153,7 @@ def evaluate(lm, data_dir, n_tokens, windows, sinks, device):
                   f"({(n_tokens - 1) / seconds:.0f} tokens/s)", file=sys.stderr)
     data = dict(dir=portable_path(data_dir), split='val', tokenizer=meta['tokenizer'], stand_in_for_c4=meta.get('stand_in_for_c4'),
                 tokens=n_tokens, documents=documents, bos=lm.bos)
-    return dict(model=lm.name, kind=lm.kind, config=lm.config, data=data, block_size=cfg.block_size,
+    return dict(model=model_label(lm.name), kind=lm.kind, config=lm.config, data=data, block_size=cfg.block_size,
                 reference=reference, runs=runs)
 
 

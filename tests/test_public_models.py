@@ -424,6 +424,10 @@ def test_cli_defaults_data_hints_and_eval_quant_on_a_public_model(tiny_public, t
                      '--block_size', '32', '--json', str(tmp_path / 'q.json')])
     run = json.loads((tmp_path / 'q.json').read_text())['models'][0]
     assert run['data']['bos'] == dataset.load_meta(data)['eot_token'] and run['ppl']['absmax4'] > 0
+    assert run['model'] == os.path.relpath(tiny_public)   # a local model by a relative path: no absolute path
+    analyze.main(['--init_from', tiny_public, '--data', data, '--max_docs', '2', '--block_size', '32',
+                  '--json', str(tmp_path / 'a.json')])
+    assert '"' + str(tmp_path) not in (tmp_path / 'a.json').read_text()
     # our checkpoints measure, by default, the data they were trained on
     from test_analyze import write_checkpoint
     ckpt = write_checkpoint(str(tmp_path / 'run'))
