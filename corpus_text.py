@@ -242,26 +242,37 @@ def dictd_to_text(text: str) -> str:
 JSON_DOC_KEYS = ("documentation", "description")
 
 
-def json_docs(text: str) -> str:
-    """The documentation strings of a JSON API description (botocore's service-2.json: "documentation", HTML;
-    Google's discovery documents: "description", plain text), in file order, each under the name of the
-    operation, shape or parameter that holds it; the rest of the JSON (types, URLs, enums) is left out."""
+def walk_json(text: str, visit) -> str:
+    """Texts gathered from a JSON document, depth first in file order: visit(node, key, value, name) is asked about
+    every member of every object and returns the texts it takes from it (a list, possibly empty: the member is
+    done), or None to walk into the value, whose members then have `key` as their name (list items keep theirs)."""
     out: list[str] = []
 
     def walk(node, name: str):
         if isinstance(node, dict):
             for key, value in node.items():
-                if key in JSON_DOC_KEYS and isinstance(value, str):
-                    body = html_to_text(value)
-                    if body:
-                        out.append(f"{name}\n\n{body}" if name else body)
-                else:
+                taken = visit(node, key, value, name)
+                if taken is None:
                     walk(value, key)
+                else:
+                    out.extend(taken)
         elif isinstance(node, list):
             for value in node:
                 walk(value, name)
     walk(json.loads(text), "")
     return "\n\n".join(out)
+
+
+def json_docs(text: str) -> str:
+    """The documentation strings of a JSON API description (botocore's service-2.json: "documentation", HTML;
+    Google's discovery documents: "description", plain text), in file order, each under the name of the
+    operation, shape or parameter that holds it; the rest of the JSON (types, URLs, enums) is left out."""
+    def visit(node, key, value, name):
+        if key not in JSON_DOC_KEYS or not isinstance(value, str):
+            return None
+        body = html_to_text(value)
+        return [f"{name}\n\n{body}" if name else body] if body else []
+    return walk_json(text, visit)
 
 
 MD_FENCE = re.compile(r"^ *(```|~~~).*?^ *\1[^\n]*$", re.M | re.S)
@@ -280,24 +291,14 @@ def markdown_to_text(text: str) -> str:
 def jsii_docs(text: str) -> str:
     """A jsii assembly: its README and its submodules' (Markdown), then each type's and member's documentation
     summary and remarks under the type's or member's name (examples, defaults and links left out)."""
-    out: list[str] = []
-
-    def walk(node, name: str):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "docs" and isinstance(value, dict):
-                    body = "\n\n".join(unwrap(value[k]) for k in ("summary", "remarks") if isinstance(value.get(k), str))
-                    if body.strip():
-                        out.append(f"{node.get('name') or name}\n\n{body}")
-                elif key == "readme" and isinstance(value, dict) and isinstance(value.get("markdown"), str):
-                    out.append(markdown_to_text(value["markdown"]))
-                else:
-                    walk(value, key)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value, name)
-    walk(json.loads(text), "")
-    return "\n\n".join(out)
+    def visit(node, key, value, name):
+        if key == "docs" and isinstance(value, dict):
+            body = "\n\n".join(unwrap(value[k]) for k in ("summary", "remarks") if isinstance(value.get(k), str))
+            return [f"{node.get('name') or name}\n\n{body}"] if body.strip() else []
+        if key == "readme" and isinstance(value, dict) and isinstance(value.get("markdown"), str):
+            return [markdown_to_text(value["markdown"])]
+        return None
+    return walk_json(text, visit)
 
 
 ROFF_ESCAPES = {r"\-": "-", r"\(em": "—", r"\(en": "–", r"\(aq": "'", r"\(dq": '"', r"\(lq": "“", r"\(rq": "”",
