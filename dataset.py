@@ -110,7 +110,9 @@ def prepare_again(d, args) -> str:
 def load_meta(data_dir) -> dict:
     """meta.json of a prepared folder, after checking the .bin files match it. Raises ValueError."""
     d = Path(data_dir)
-    hint = "run python prepare_c4.py (or python prepare_c4.py --source pinned)"
+    subset = d.name.removeprefix("pinned_")
+    hint = (f"run python prepare_c4.py --source pinned --subset {subset}" if subset in ("cpu", "full", "archive") else
+            "run python prepare_c4.py (or python prepare_c4.py --source pinned)")
     if not (d / "meta.json").is_file():
         progress = read_json(d / ".progress.json").get("args")
         if progress is not None:

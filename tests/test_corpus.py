@@ -472,6 +472,9 @@ def test_pinned_arguments_that_do_not_fit_are_one_line_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):   # another vocabulary must not land in data/pinned_cpu, GPT-2's folder
         prepare_c4.main(["--source", "pinned", "--tokenizer", "bytes"])
     assert "pass --out_dir too (the default data/pinned_cpu holds GPT-2 ids)" in capsys.readouterr().err
+    import dataset   # a missing pinned folder names the command that makes it (the main job's first error)
+    with pytest.raises(ValueError, match=r"run python prepare_c4.py --source pinned --subset cpu --out_dir .*pinned_cpu$"):
+        dataset.load_meta(tmp_path / "data" / "pinned_cpu")
     assert not (tmp_path / "o").exists()
 
 
