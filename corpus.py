@@ -64,6 +64,15 @@ def default_cache() -> Path:
     return Path(os.environ.get("CORPUS_CACHE") or "data/corpus_cache")
 
 
+ARCHIVE_FILE = "corpus-archive.jsonl.xz"  # what `corpus.py archive` writes; a GPU machine is handed it in data/
+
+
+def find_archive(root=".") -> str | None:
+    """The archive file a machine without network was handed: ROOT/data/ARCHIVE_FILE, else ROOT/ARCHIVE_FILE."""
+    return next((f for f in (os.path.join(root, "data", ARCHIVE_FILE), os.path.join(root, ARCHIVE_FILE))
+                 if os.path.isfile(f)), None)
+
+
 def load_manifest(path=MANIFEST) -> dict:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
@@ -493,7 +502,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description="Fetch, measure and record the pinned corpus.")
     p.add_argument("command", choices=("fetch", "stats", "record", "archive"))
     p.add_argument("--subset", choices=("cpu", "full", "archive"), default="cpu")
-    p.add_argument("--out", type=Path, help="archive: the file to write (default corpus-archive.jsonl.xz)")
+    p.add_argument("--out", type=Path, help=f"archive: the file to write (default {ARCHIVE_FILE})")
     p.add_argument("--cache", type=Path, default=None,
                    help="artifact folder (default $CORPUS_CACHE or data/corpus_cache)")
     args = p.parse_args(argv)
@@ -506,7 +515,7 @@ def main(argv=None):
             print(f"gpt2: {gpt2_ranks(cache, manifest)}")
             return
         if args.command == "archive":
-            info = write_archive(args.out or Path("corpus-archive.jsonl.xz"), cache, manifest)
+            info = write_archive(args.out or Path(ARCHIVE_FILE), cache, manifest)
             print(f"{info['filename']}: {info['size']:,} bytes, sha256 {info['sha256']}")
             manifest["archive"] = info
             write_manifest(manifest)

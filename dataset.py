@@ -1,5 +1,6 @@
 """The on-disk dataset format (format 1, described in prepare_c4.py's docstring): writing a prepared folder
-(prepare and its entry points prepare_c4 / prepare_pinned / prepare_installed_docstrings / prepare_wikitext2 / prepare_bigram_backcopy),
+(prepare and its entry points prepare_c4 / prepare_pinned / prepare_installed_docstrings / prepare_wikitext2 /
+prepare_bigram_backcopy),
 reading one (load_meta, iter_documents, eot_offsets), and resolve_dataset, the one rule that turns a dataset
 argument into a folder.
 
@@ -17,6 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+import corpus
 import provenance
 from fileio import PrepareError, Progress, file_sha256, read_json, write_json
 from sources import (MIN_DOC_CHARS, VAL_PERCENT, bigram_backcopy_documents, c4_texts, find_c4_shards,
@@ -84,7 +86,7 @@ def prepare_command(args: dict, out_dir) -> str | None:
         cmd += [x for k in ("max_docs", "train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
     elif source == "pinned":   # the archive subset's file is not recorded (no paths in meta.json)
         cmd += ["--source", "pinned", "--subset", args["subset"]]
-        cmd += ["--corpus_archive", "corpus-archive.jsonl.xz"] if args["subset"] == "archive" else []
+        cmd += ["--corpus_archive", corpus.ARCHIVE_FILE] if args["subset"] == "archive" else []
         cmd += ["--tokenizer", args["tokenizer"]] if args.get("tokenizer", "gpt2") != "gpt2" else []
     elif source == "wikitext2":
         cmd += ["--source", "wikitext2"] + (["--wikitext_dir", args["wikitext_dir"]] if args.get("wikitext_dir") else [])
@@ -256,21 +258,23 @@ def prepare_c4(out_dir="data/c4", tokenizer="gpt2", data_files=None, train_token
                    num_proc, force)
 
 
-def prepare_installed_docstrings(out_dir="data/installed_docstrings", tokenizer="auto", max_docs=None, train_tokens=None, val_docs=None,
-                    num_proc=1, force=False) -> Path:
+def prepare_installed_docstrings(out_dir="data/installed_docstrings", tokenizer="auto", max_docs=None,
+                                 train_tokens=None, val_docs=None, num_proc=1, force=False) -> Path:
     """The docstrings of this installation (its text, and so its numbers, change with the installed packages and
     the Python version: the pinned corpus is the one that is the same everywhere). tokenizer "auto" = gpt2.
     max_docs keeps only the first max_docs documents of the corpus (for tests)."""
     tok = load_tokenizer(tokenizer)
-    args = {"source": "installed_docstrings", "tokenizer": tok.name, "tokenizer_sha256": tok.sha256, "max_docs": max_docs,
-            "train_tokens": train_tokens, "val_docs": val_docs}
+    args = {"source": "installed_docstrings", "tokenizer": tok.name, "tokenizer_sha256": tok.sha256,
+            "max_docs": max_docs, "train_tokens": train_tokens, "val_docs": val_docs}
     version = ".".join(map(str, sys.version_info[:3]))
-    source = f"installed docstrings (depends on the installation): pydoc topics + stdlib and site-packages docstrings (Python {version})"
+    source = (f"installed docstrings (depends on the installation): pydoc topics + stdlib and site-packages "
+              f"docstrings (Python {version})")
     description = ("NOT C4. English prose from this Python installation, for runs without network: pydoc_data "
                    "topics and module/class/function docstrings of the standard library and installed packages "
                    f"(read with ast, nothing imported, test code skipped), >= {MIN_DOC_CHARS} characters, exact "
                    f"duplicates removed. sha1(text) % 100 < {VAL_PERCENT} goes to val, the rest to train; each "
-                   "split is ordered by sha1. Deterministic for a given installation; another installation gives other text.")
+                   "split is ordered by sha1. Deterministic for a given installation; another installation gives "
+                   "other text.")
     splits = {}
 
     def split_texts(split):
@@ -287,7 +291,6 @@ def prepare_pinned(out_dir=None, subset="cpu", corpus_archive=None, num_proc=1, 
     model). Each source's text is checked against the manifest before tokenising, each split's token file after
     (GPT-2 ids: the manifest records their sha256s); a difference is one line naming the source.
     corpus_archive: read the archive subset from this file (no network, no artifacts)."""
-    import corpus
     manifest, cache = corpus.load_manifest(), corpus.default_cache()
     if corpus_archive is not None and subset != "archive":
         raise PrepareError("--corpus_archive holds the archive subset: pass --subset archive")

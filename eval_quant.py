@@ -270,7 +270,8 @@ def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False)
             with quantised(layers, backup, schemes[name][0], batch):
                 ppl[name] = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} {name}")[0]
         seconds[name] = round(time.time() - t0, 2)
-    return dict(model=model_label(lm.name), label=label, kind=lm.kind, config=lm.config, quantised_layers=[n for n, _ in layers],
+    return dict(model=model_label(lm.name), label=label, kind=lm.kind, config=lm.config,
+                quantised_layers=[n for n, _ in layers],
                 ppl=ppl, delta={s: ppl[s] - ppl['full'] for s in schemes}, seconds=seconds,
                 data=dict(dir=portable_path(data_dir), tokenizer=meta['tokenizer'], stand_in_for_c4=meta.get('stand_in_for_c4'),
                           max_docs=max_docs, documents=docs, predicted_tokens=tokens, block_size=lm.block_size,

@@ -46,11 +46,11 @@ import time
 import xml.etree.ElementTree as ET
 
 import bench_report
+from corpus import ARCHIVE_FILE, find_archive
 from fileio import write_json
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PARTS = ('tests', 'bench', 'bench_train', 'train')
-ARCHIVE = 'corpus-archive.jsonl.xz'   # corpus.py archive's file (docs/data.md): the train part's data
 VARIANTS = ('vanilla', 's1', 'oa', 's1oa')   # config/table2/gpt2_60m_<variant>.py
 
 
@@ -140,9 +140,9 @@ def train_part(args, out):
     data = os.path.abspath(args.data)
     logfile = os.path.join(out, 'train.log')
     if not os.path.isfile(os.path.join(data, 'meta.json')):
-        archive = [f for f in (os.path.join(ROOT, 'data', ARCHIVE), os.path.join(ROOT, ARCHIVE)) if os.path.isfile(f)]
+        archive = find_archive(ROOT)
         rc, _ = run_part('train: data', [sys.executable, 'prepare_c4.py', '--source', 'pinned', '--subset', 'archive',
-                                         *(['--corpus_archive', archive[0]] if archive else []), '--out_dir', data],
+                                         *(['--corpus_archive', archive] if archive else []), '--out_dir', data],
                          logfile, left())
         if rc:
             return {'data': {'dir': data}, 'iters': args.train_iters, 'nproc': args.nproc,
@@ -265,7 +265,7 @@ def main(argv=None):
     p.add_argument('--parts', default=','.join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     p.add_argument('--quick', action='store_true', help='bench.py --quick and 30 training steps (a smoke run)')
     p.add_argument('--data', default='data/pinned_archive', help='prepared dataset for the train part (made with '
-                   f'prepare_c4.py --source pinned --subset archive when missing, from data/{ARCHIVE} when there)')
+                   f'prepare_c4.py --source pinned --subset archive when missing, from data/{ARCHIVE_FILE} when there)')
     p.add_argument('--train_iters', type=int, default=100, help='training steps per variant (train part)')
     p.add_argument('--eval_tokens', type=int, default=262_144, help='validation tokens of each run (train part)')
     p.add_argument('--analyze_docs', type=int, default=200, help='validation documents analysed per run')

@@ -286,8 +286,8 @@ def main(argv=None):
             kind, lm = lm.kind, as_gpt(lm, device)
             channels, results, record = intervene(lm, data, args.max_docs or None, batch_size, device, args.k, names,
                                                   args.sink_eps, massive_only=args.massive_only)
-            models.append(dict(model=model_label(spec), label=label, kind=kind, config=lm.config, data=record, channels=channels,
-                               results=results))
+            models.append(dict(model=model_label(spec), label=label, kind=kind, config=lm.config, data=record,
+                               channels=channels, results=results))
             del lm
             if args.json:
                 write_json(args.json, tables.json_safe(dict(format=1, k=args.k, massive_only=args.massive_only,

@@ -96,8 +96,8 @@ import re
 import sys
 import time
 
-from dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_installed_docstrings, prepare_pinned,
-                     prepare_wikitext2)
+from dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_installed_docstrings,
+                     prepare_pinned, prepare_wikitext2)
 from corpus import CorpusError
 from fileio import PrepareError, disk_full, disk_full_text
 
@@ -116,10 +116,11 @@ def count(text: str) -> int:
 def main(argv=None):
     p = argparse.ArgumentParser(description="Tokenise C4 en (or a stand-in corpus) for train.py.",
                                 epilog="Output format: see the module docstring.")
-    p.add_argument("--source", choices=("c4", "pinned", "installed_docstrings", "wikitext2", "bigram_backcopy"), default="c4",
+    p.add_argument("--source", choices=("c4", "pinned", "installed_docstrings", "wikitext2", "bigram_backcopy"),
+                   default="c4",
                    help="c4: C4 en from the hub or --data_files (default); pinned: the pinned corpus "
-                        "(corpus_manifest.json, --subset); installed_docstrings: this installation's docstrings (its text "
-                        "depends on what is installed); "
+                        "(corpus_manifest.json, --subset); installed_docstrings: this installation's docstrings "
+                        "(its text depends on what is installed); "
                         "wikitext2: WikiText-2 raw (val = its test split) from the hub or --wikitext_dir; "
                         "bigram_backcopy: the synthetic task of the CPU miniature")
     p.add_argument("--subset", choices=("cpu", "full", "archive"),
@@ -134,11 +135,13 @@ def main(argv=None):
                    "(default gpt2; auto for installed_docstrings)")
     p.add_argument("--train_tokens", type=count, help="train split size in tokens (default 100_000_000 for c4, "
                    "all for installed_docstrings); stops after the document that reaches it")
-    p.add_argument("--val_docs", type=count, help="val split size in documents (default 100000 for c4, all for installed_docstrings)")
+    p.add_argument("--val_docs", type=count,
+                   help="val split size in documents (default 100000 for c4, all for installed_docstrings)")
     p.add_argument("--max_docs", type=count, help="installed_docstrings only: use the first N documents")
     p.add_argument("--num_proc", type=count, default=max(1, (os.cpu_count() or 1) - 1),
                    help="tokenisation processes (default: all cores but the one reading the source)")
-    p.add_argument("--out_dir", help="output folder (default data/<source>: data/c4, data/pinned_cpu, data/wikitext2, ...)")
+    p.add_argument("--out_dir",
+                   help="output folder (default data/<source>: data/c4, data/pinned_cpu, data/wikitext2, ...)")
     p.add_argument("--force", action="store_true", help="overwrite a folder prepared with other arguments")
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--source=offline" in argv or any(x == "--source" and y == "offline" for x, y in zip(argv, argv[1:])):
@@ -170,10 +173,11 @@ def main(argv=None):
             out = prepare_wikitext2(a.out_dir or "data/wikitext2", a.tokenizer or "gpt2", a.wikitext_dir,
                                     a.train_tokens, a.val_docs, a.num_proc, a.force)
         elif a.source == "pinned":
-            out = prepare_pinned(a.out_dir, a.subset or "cpu", a.corpus_archive, a.num_proc, a.force, a.tokenizer or "gpt2")
+            out = prepare_pinned(a.out_dir, a.subset or "cpu", a.corpus_archive, a.num_proc, a.force,
+                                 a.tokenizer or "gpt2")
         elif a.source == "installed_docstrings":
-            out = prepare_installed_docstrings(a.out_dir or "data/installed_docstrings", a.tokenizer or "auto", a.max_docs,
-                                  a.train_tokens, a.val_docs, a.num_proc, a.force)
+            out = prepare_installed_docstrings(a.out_dir or "data/installed_docstrings", a.tokenizer or "auto",
+                                               a.max_docs, a.train_tokens, a.val_docs, a.num_proc, a.force)
         else:
             out = prepare_c4(a.out_dir or "data/c4", a.tokenizer or "gpt2", a.data_files,
                              a.train_tokens or 100_000_000, a.val_docs or 100_000, a.num_proc, a.force)

@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
-from corpus import CorpusError
+from corpus import CorpusError, find_archive
 from dataset import load_meta, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
 from fileio import PrepareError, duration, write_json
 from paper_tables import TABLES
@@ -266,7 +266,7 @@ def ensure_data(runs):
         except ValueError as e:
             problem = str(e)
         if not os.path.exists(os.path.join(d, 'meta.json')) and dataset in ('bigram_backcopy', 'pinned_archive'):
-            archive = next((f for f in (os.path.join('data', ARCHIVE), ARCHIVE) if os.path.isfile(f)), None)
+            archive = find_archive()
             how = ('bigram_backcopy' if dataset == 'bigram_backcopy' else
                    'pinned --subset archive' + (f' --corpus_archive {archive}' if archive else ''))
             print(f"preparing {d} (python prepare_c4.py --source {how} --out_dir {d})", file=sys.stderr)
@@ -278,7 +278,6 @@ def ensure_data(runs):
         raise SweepError(f"{problem} (the runs read data/{dataset})")
 
 
-ARCHIVE = 'corpus-archive.jsonl.xz'   # the file corpus.py archive writes (docs/data.md)
 H100_MFU = 0.30   # vanilla 60M and 130M steps reached 30-35% of the H100's bf16 peak (docs/performance.md)
 RUN_OVERHEAD_S = 90   # compilation, the final evaluation, analyze.py and eval_quant.py of one run
 

@@ -501,3 +501,12 @@ def test_the_main_job_on_two_cpu_threads_trains_the_same_weights_twice(tmp_path)
         assert r.returncode == 0, r.stderr[-2000:]
         weights.append(torch.load(tmp_path / name / "ckpt.pt", map_location="cpu", weights_only=False)["model"])
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_find_archive_prefers_data_then_the_folder_itself(tmp_path):
+    assert corpus.find_archive(tmp_path) is None
+    (tmp_path / "corpus-archive.jsonl.xz").write_bytes(b"x")
+    assert corpus.find_archive(tmp_path) == str(tmp_path / "corpus-archive.jsonl.xz")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "corpus-archive.jsonl.xz").write_bytes(b"y")
+    assert corpus.find_archive(tmp_path) == str(tmp_path / "data" / "corpus-archive.jsonl.xz")
