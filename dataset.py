@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-import corpus
+import pinned_corpus
 import provenance
 from fileio import PrepareError, Progress, file_sha256, read_json, write_json
 from sources import (MIN_DOC_CHARS, VAL_PERCENT, bigram_backcopy_documents, c4_texts, find_c4_shards,
@@ -86,7 +86,7 @@ def prepare_command(args: dict, out_dir) -> str | None:
         cmd += [x for k in ("max_docs", "train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
     elif source == "pinned":   # the archive subset's file is not recorded (no paths in meta.json)
         cmd += ["--source", "pinned", "--subset", args["subset"]]
-        cmd += ["--corpus_archive", corpus.ARCHIVE_FILE] if args["subset"] == "archive" else []
+        cmd += ["--corpus_archive", pinned_corpus.ARCHIVE_FILE] if args["subset"] == "archive" else []
         cmd += ["--tokenizer", args["tokenizer"]] if args.get("tokenizer", "gpt2") != "gpt2" else []
     elif source == "wikitext2":
         cmd += ["--source", "wikitext2"] + (["--wikitext_dir", args["wikitext_dir"]] if args.get("wikitext_dir") else [])
@@ -287,36 +287,36 @@ def prepare_installed_docstrings(out_dir="data/installed_docstrings", tokenizer=
 
 
 def prepare_pinned(out_dir=None, subset="cpu", corpus_archive=None, num_proc=1, force=False, tokenizer="gpt2") -> Path:
-    """The pinned corpus (corpus.py, corpus_manifest.json) in GPT-2's ids (or another tokenizer's, for a public
+    """The pinned corpus (pinned_corpus.py, corpus_manifest.json) in GPT-2's ids (or another tokenizer's, for a public
     model). Each source's text is checked against the manifest before tokenising, each split's token file after
     (GPT-2 ids: the manifest records their sha256s); a difference is one line naming the source.
     corpus_archive: read the archive subset from this file (no network, no artifacts)."""
-    manifest, cache = corpus.load_manifest(), corpus.default_cache()
+    manifest, cache = pinned_corpus.load_manifest(), pinned_corpus.default_cache()
     if corpus_archive is not None and subset != "archive":
         raise PrepareError("--corpus_archive holds the archive subset: pass --subset archive")
     if tokenizer in ("gpt2", "auto") and gpt2_ranks_file() is None:
-        corpus.gpt2_ranks(cache, manifest)   # the pinned ranks, fetched from the registry (sha256-checked)
+        pinned_corpus.gpt2_ranks(cache, manifest)   # the pinned ranks, fetched from the registry (sha256-checked)
     tok = load_tokenizer(tokenizer)
-    args = {"source": "pinned", "subset": subset, "manifest_sha256": corpus.manifest_sha256(),
+    args = {"source": "pinned", "subset": subset, "manifest_sha256": pinned_corpus.manifest_sha256(),
             "tokenizer": tok.name, "tokenizer_sha256": tok.sha256}
     gpt2 = tok.name == "gpt2"
     source = f"pinned corpus, {subset} subset (corpus_manifest.json sha256 {args['manifest_sha256'][:16]}...)"
     description = ("NOT C4. English prose from pinned registry artifacts (corpus_manifest.json; docs/data.md): "
                    "documentation, books, speeches, dictionaries; markup stripped, duplicates removed; val = the "
-                   f"documents whose sha256 starts with a byte < {corpus.VAL_BYTE}. The same on every installation.")
+                   f"documents whose sha256 starts with a byte < {pinned_corpus.VAL_BYTE}. The same on every installation.")
     splits = {}
 
     def split_texts(split):
         if not splits:
-            docs = list(corpus.documents(subset, cache, manifest, archive=corpus_archive and Path(corpus_archive)))
-            corpus.check_texts(docs, subset, manifest)
+            docs = list(pinned_corpus.documents(subset, cache, manifest, archive=corpus_archive and Path(corpus_archive)))
+            pinned_corpus.check_texts(docs, subset, manifest)
             splits.update({s: [text for _, sp, text in docs if sp == s] for s in SPLITS})
         return splits[split]
 
     out = prepare(out_dir or f"data/pinned_{subset}", tok, args, source, description, True, split_texts,
                   {"train": (None, None), "val": (None, None)}, num_proc, force)
     if gpt2:
-        corpus.check_splits(load_meta(out)["splits"], subset, manifest)
+        pinned_corpus.check_splits(load_meta(out)["splits"], subset, manifest)
     return out
 
 

@@ -46,7 +46,7 @@ import time
 import xml.etree.ElementTree as ET
 
 import bench_report
-from corpus import ARCHIVE_FILE, find_archive
+from pinned_corpus import ARCHIVE_FILE, find_archive
 from fileio import write_json
 
 ROOT = os.path.dirname(os.path.abspath(__file__))

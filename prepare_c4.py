@@ -98,7 +98,7 @@ import time
 
 from dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_installed_docstrings,
                      prepare_pinned, prepare_wikitext2)
-from corpus import CorpusError
+from pinned_corpus import CorpusError
 from fileio import PrepareError, disk_full, disk_full_text
 
 

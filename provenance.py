@@ -14,7 +14,7 @@ import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 
-from corpus import MANIFEST, manifest_sha256
+from pinned_corpus import MANIFEST, manifest_sha256
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 

@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
-from corpus import CorpusError, find_archive
+from pinned_corpus import CorpusError, find_archive
 from dataset import load_meta, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
 from fileio import PrepareError, duration, write_json
 from paper_tables import TABLES

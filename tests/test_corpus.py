@@ -1,4 +1,4 @@
-"""The pinned corpus (corpus.py, corpus_text.py): archive readers, markup readers, cleaning, dedup and split on
+"""The pinned corpus (pinned_corpus.py, corpus_text.py): archive readers, markup readers, cleaning, dedup and split on
 small archives made here, checked against hand-written text; fetch and resume failures; and the CPU subset built from the real
 artifacts (in $CORPUS_CACHE, which .ci/run fills) against the sha256s and token counts in corpus_manifest.json."""
 import gzip
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import corpus
+import pinned_corpus
 import corpus_text
-from corpus import CorpusError
+from pinned_corpus import CorpusError
 
 
 def tar_bytes(files: dict[str, bytes], mode="w:gz") -> bytes:
@@ -206,20 +206,20 @@ def test_sdist_and_deb_members_come_in_sorted_order(tmp_path):
     (tmp_path / "x-1.tar.gz").write_bytes(tar_bytes(files))
     (tmp_path / "x_1_all.deb").write_bytes(deb_bytes({"./" + k: v for k, v in files.items()}))
     expected = sorted(files.items())
-    assert list(corpus.archive_files(tmp_path / "x-1.tar.gz")) == expected
-    assert list(corpus.archive_files(tmp_path / "x_1_all.deb")) == expected
+    assert list(pinned_corpus.archive_files(tmp_path / "x-1.tar.gz")) == expected
+    assert list(pinned_corpus.archive_files(tmp_path / "x_1_all.deb")) == expected
     # an odd-sized member is padded in the ar archive; the next member must still be found
-    assert corpus.ar_members(ar_bytes({"a": b"odd", "b": b"even"})) == {"a": b"odd", "b": b"even"}
+    assert pinned_corpus.ar_members(ar_bytes({"a": b"odd", "b": b"even"})) == {"a": b"odd", "b": b"even"}
 
 
 def test_zstd_deb_and_truncated_archives_are_one_line_errors_naming_the_source(tmp_path):
     data = tar_bytes({"pkg/a.txt": PROSE.encode() * 50})
     src = source(tmp_path, "cut", "cut-1.tar.gz", data[:len(data) // 2], ["pkg/*.txt"])
     with pytest.raises(CorpusError, match=r"source cut: cut-1.tar.gz is truncated or corrupt .*fetch"):
-        corpus.extract_source(src, tmp_path / "cut-1.tar.gz")
+        pinned_corpus.extract_source(src, tmp_path / "cut-1.tar.gz")
     src = source(tmp_path, "zst", "z_1_all.deb", deb_bytes({"./a.txt": b"x"}, "data.tar.zst"), ["*"])
     with pytest.raises(CorpusError, match=r"source zst: .*zstandard"):
-        corpus.extract_source(src, tmp_path / "z_1_all.deb")
+        pinned_corpus.extract_source(src, tmp_path / "z_1_all.deb")
 
 
 # ----------------------------------------------------------------------------- cleaning, split
@@ -232,15 +232,15 @@ def test_deduplicate_drops_copies_and_repeated_long_paragraphs():
             ("s:3", f"{long_a}\n\n{long_b}\n\nshort new"),       # mostly copied: dropped
             ("s:4", f"{long_c}\n\n{short}\n\n{long_a}"),          # long_a repeated: that paragraph goes
             ("s:5", "tiny")]                                      # under MIN_CHARS
-    assert list(corpus.deduplicate(iter(docs))) == [docs[0], ("s:4", f"{long_c}\n\n{short}")]
+    assert list(pinned_corpus.deduplicate(iter(docs))) == [docs[0], ("s:4", f"{long_c}\n\n{short}")]
 
 
 @pytest.mark.parametrize("n_files", [10, 11])
 def test_paragraphs_on_most_pages_of_a_source_are_boilerplate(n_files):
     texts = [(f"p{i}", f"Navigation\n\nPage {i} says {i * 'x'}.\n\nNext") for i in range(n_files)]
     texts[0] = ("p0", "Only this.")
-    cleaned = corpus.drop_boilerplate(texts)
-    if n_files - 1 < corpus.BOILER_MIN:   # "Navigation" in 9 files: kept
+    cleaned = pinned_corpus.drop_boilerplate(texts)
+    if n_files - 1 < pinned_corpus.BOILER_MIN:   # "Navigation" in 9 files: kept
         assert cleaned == texts
     else:   # in 10 of 11 files: dropped
         assert cleaned == [("p0", "Only this.")] + [(f"p{i}", f"Page {i} says {i * 'x'}.") for i in range(1, n_files)]
@@ -248,14 +248,14 @@ def test_paragraphs_on_most_pages_of_a_source_are_boilerplate(n_files):
 
 def test_split_is_by_the_first_byte_of_the_texts_sha256():
     texts = [f"document number {i}" for i in range(4000)]
-    val = [t for t in texts if corpus.split_of(t) == "val"]
+    val = [t for t in texts if pinned_corpus.split_of(t) == "val"]
     assert val == [t for t in texts if hashlib.sha256(t.encode()).digest()[0] < 10]
     assert 0.03 < len(val) / len(texts) < 0.05
 
 
 def test_long_texts_are_cut_between_paragraphs(monkeypatch):
-    monkeypatch.setattr(corpus, "MAX_CHARS", 10)
-    assert corpus.pieces("aaaa\n\nbbbb\n\ncccccccccccccc\n\nd") == ["aaaa\n\nbbbb", "cccccccccccccc", "d"]
+    monkeypatch.setattr(pinned_corpus, "MAX_CHARS", 10)
+    assert pinned_corpus.pieces("aaaa\n\nbbbb\n\ncccccccccccccc\n\nd") == ["aaaa\n\nbbbb", "cccccccccccccc", "d"]
 
 
 def test_documents_of_a_two_source_corpus(tmp_path):
@@ -264,11 +264,11 @@ def test_documents_of_a_two_source_corpus(tmp_path):
                                                      "a-1/skip.py": PROSE.encode()}), ["a-1/*.rst"], "rst")
     b = source(tmp_path, "b", "b_1_all.deb", deb_bytes({"./usr/share/doc/b/x.html": f"<p>{PROSE}</p>".encode()}),
                ["usr/share/doc/*.html"], "html", registry="debian")
-    docs = list(corpus.documents(sources=[a, b], cache=tmp_path, manifest={"sources": [a, b]}))
+    docs = list(pinned_corpus.documents(sources=[a, b], cache=tmp_path, manifest={"sources": [a, b]}))
     # y.rst before z.rst (sorted); z.rst keeps "Z" and drops PROSE as a repeat; b's page is a copy of PROSE
     y = f"Y\n\n{PROSE.strip()}\n\nmore words"
     assert [(i, t) for i, _, t in docs] == [("a:a-1/y.rst", y)]
-    assert docs[0][1] == corpus.split_of(y)
+    assert docs[0][1] == pinned_corpus.split_of(y)
 
 
 def two_sources(tmp_path):
@@ -281,38 +281,38 @@ def two_sources(tmp_path):
 
 def test_archive_holds_the_first_documents_by_hash_and_is_checked(tmp_path, monkeypatch):
     manifest = two_sources(tmp_path)
-    full = list(corpus.documents("full", tmp_path, manifest))
+    full = list(pinned_corpus.documents("full", tmp_path, manifest))
     by_hash = sorted(full, key=lambda d: hashlib.sha256(d[2].encode()).digest())
     budget = sum(len(d[2]) for d in by_hash[:5])
-    monkeypatch.setattr(corpus, "ARCHIVE_CHARS", budget)
-    assert list(corpus.documents("archive", tmp_path, manifest)) == by_hash[:5]
-    info = corpus.write_archive(tmp_path / "c.jsonl.xz", tmp_path, manifest)
+    monkeypatch.setattr(pinned_corpus, "ARCHIVE_CHARS", budget)
+    assert list(pinned_corpus.documents("archive", tmp_path, manifest)) == by_hash[:5]
+    info = pinned_corpus.write_archive(tmp_path / "c.jsonl.xz", tmp_path, manifest)
     assert info["sha256"] == hashlib.sha256((tmp_path / "c.jsonl.xz").read_bytes()).hexdigest()
     manifest["archive"] = info
-    assert list(corpus.documents("archive", manifest=manifest, archive=tmp_path / "c.jsonl.xz")) == by_hash[:5]
+    assert list(pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "c.jsonl.xz")) == by_hash[:5]
     with pytest.raises(CorpusError, match=r"c.jsonl.xz exists: pass another --out"):
-        corpus.write_archive(tmp_path / "c.jsonl.xz", tmp_path, manifest)
+        pinned_corpus.write_archive(tmp_path / "c.jsonl.xz", tmp_path, manifest)
     data = (tmp_path / "c.jsonl.xz").read_bytes()
     (tmp_path / "cut.jsonl.xz").write_bytes(data[:len(data) // 2])
     with pytest.raises(CorpusError, match=r"^corpus archive cut.jsonl.xz has sha256 .*copy it again"):
-        list(corpus.documents("archive", manifest=manifest, archive=tmp_path / "cut.jsonl.xz"))
+        list(pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "cut.jsonl.xz"))
     manifest["archive"]["sha256"] = hashlib.sha256((tmp_path / "cut.jsonl.xz").read_bytes()).hexdigest()
     with pytest.raises(CorpusError, match=r"^corpus archive cut.jsonl.xz is corrupt"):
-        list(corpus.documents("archive", manifest=manifest, archive=tmp_path / "cut.jsonl.xz"))
+        list(pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "cut.jsonl.xz"))
 
 
 def test_a_source_whose_text_changed_is_named_before_tokenising(tmp_path):
     manifest = two_sources(tmp_path)
-    docs = list(corpus.documents("full", tmp_path, manifest))
+    docs = list(pinned_corpus.documents("full", tmp_path, manifest))
     hashes = {sid: {split: hashlib.sha256(b"".join(t.encode() + b"\0" for i, s, t in docs
                                                   if i.startswith(sid + ":") and s == split)).hexdigest()
                     for split in ("train", "val")} for sid in ("a", "b")}
     manifest["subsets"] = {"full": {"sources": {sid: {split: {"text_sha256": h} for split, h in v.items()}
                                                 for sid, v in hashes.items()}}}
-    corpus.check_texts(docs, "full", manifest)
+    pinned_corpus.check_texts(docs, "full", manifest)
     changed = [(i, s, t + "!" if i.startswith("b:") else t) for i, s, t in docs]
     with pytest.raises(CorpusError, match=r"^source b \(b 1\) gives other (train|val) text than the manifest records"):
-        corpus.check_texts(changed, "full", manifest)
+        pinned_corpus.check_texts(changed, "full", manifest)
 
 
 # ----------------------------------------------------------------------------- fetch, resume
@@ -323,29 +323,29 @@ def test_fetch_downloads_checks_and_keeps_nothing_half_written(tmp_path, monkeyp
     data = tar_bytes({"p/a.txt": PROSE.encode()})
     (remote / "p-1.tar.gz").write_bytes(data)
     src = {"id": "p", "filename": "p-1.tar.gz", "sha256": hashlib.sha256(data).hexdigest()}
-    monkeypatch.setattr(corpus, "artifact_url", lambda s: (remote / s["filename"]).as_uri())
+    monkeypatch.setattr(pinned_corpus, "artifact_url", lambda s: (remote / s["filename"]).as_uri())
     cache = tmp_path / "cache"
-    assert corpus.fetch(src, cache).read_bytes() == data
+    assert pinned_corpus.fetch(src, cache).read_bytes() == data
     # the registry's file changed: refused, nothing left in the cache
     changed = dict(src, filename="q-1.tar.gz")
     (remote / "q-1.tar.gz").write_bytes(data + b"x")
     with pytest.raises(CorpusError, match=r"^source p: the registry's q-1.tar.gz has sha256 .* the artifact changed"):
-        corpus.fetch(changed, cache)
+        pinned_corpus.fetch(changed, cache)
     assert sorted(os.listdir(cache)) == ["p-1.tar.gz"]
     # a cached copy that differs is named, and left where it is
     (cache / "p-1.tar.gz").write_bytes(b"other")
     with pytest.raises(CorpusError, match=r"^source p: .*p-1.tar.gz has sha256 .*move that file away"):
-        corpus.fetch(src, cache)
+        pinned_corpus.fetch(src, cache)
     assert (cache / "p-1.tar.gz").read_bytes() == b"other"
 
 
 def test_unreachable_registry_is_one_line_naming_the_source(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "PYPI_JSON", "http://127.0.0.1:9/pypi/{name}/json")
+    monkeypatch.setattr(pinned_corpus, "PYPI_JSON", "http://127.0.0.1:9/pypi/{name}/json")
     src = {"id": "django-docs", "registry": "pypi", "name": "django", "version": "1", "filename": "d-1.tar.gz",
            "sha256": "0" * 64}
     with pytest.raises(CorpusError, match=r"^source django-docs: cannot download d-1.tar.gz .*check the network, or "
                                           r"put the file"):
-        corpus.fetch(src, tmp_path)
+        pinned_corpus.fetch(src, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -357,33 +357,33 @@ def test_full_disk_while_caching_an_extraction_is_one_line(tmp_path, monkeypatch
         if "w" in mode:
             raise OSError(28, "No space left on device")
         return real_open(path, mode, *args, **kw)
-    monkeypatch.setattr(corpus, "open", full, raising=False)
+    monkeypatch.setattr(pinned_corpus, "open", full, raising=False)
     with pytest.raises(CorpusError, match=r"^source a: cannot write .* \(No space left on device\): free disk space"):
-        corpus.extracted(src, tmp_path)
+        pinned_corpus.extracted(src, tmp_path)
     assert sorted(p.name for p in (tmp_path / "extracted").iterdir()) == []
 
 
 def test_a_killed_run_resumes_without_redoing_finished_sources(tmp_path, monkeypatch):
     a = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({"a/x.txt": PROSE.encode()}), ["a/*"])
     b = source(tmp_path, "b", "b-1.tar.gz", tar_bytes({"b/x.txt": ("Other words entirely. " * 20).encode()}), ["b/*"])
-    calls, real = [], corpus.extract_source
+    calls, real = [], pinned_corpus.extract_source
 
     def counting(src, path):
         calls.append(src["id"])
         if src["id"] == "b" and calls.count("b") == 1:
             raise KeyboardInterrupt   # killed while extracting b
         return real(src, path)
-    monkeypatch.setattr(corpus, "extract_source", counting)
+    monkeypatch.setattr(pinned_corpus, "extract_source", counting)
     with pytest.raises(KeyboardInterrupt):
-        list(corpus.documents(sources=[a, b], cache=tmp_path, manifest={}))
+        list(pinned_corpus.documents(sources=[a, b], cache=tmp_path, manifest={}))
     assert sorted(p.name for p in (tmp_path / "extracted").iterdir()) == ["a.jsonl"]
     # a half-written file of b from some earlier crash is not taken for an extraction
     (tmp_path / "extracted" / "b.jsonl.tmp").write_text("{")
-    docs = list(corpus.documents(sources=[a, b], cache=tmp_path, manifest={}))
+    docs = list(pinned_corpus.documents(sources=[a, b], cache=tmp_path, manifest={}))
     assert calls == ["a", "b", "b"] and [d[0] for d in docs] == ["a:a/x.txt", "b:b/x.txt"]
     # a changed extractor version redoes the extraction
-    monkeypatch.setattr(corpus, "EXTRACT_VERSION", corpus.EXTRACT_VERSION + 1)
-    assert list(corpus.documents(sources=[a, b], cache=tmp_path, manifest={})) == docs
+    monkeypatch.setattr(pinned_corpus, "EXTRACT_VERSION", pinned_corpus.EXTRACT_VERSION + 1)
+    assert list(pinned_corpus.documents(sources=[a, b], cache=tmp_path, manifest={})) == docs
     assert calls == ["a", "b", "b", "a", "b"]
 
 
@@ -391,11 +391,11 @@ def test_a_killed_run_resumes_without_redoing_finished_sources(tmp_path, monkeyp
 
 def cpu_cache() -> Path | None:
     """The folder holding the CPU subset's artifacts: $CORPUS_CACHE (.ci/run fills it), else data/corpus_cache."""
-    manifest = corpus.load_manifest()
-    cache = corpus.default_cache()
+    manifest = pinned_corpus.load_manifest()
+    cache = pinned_corpus.default_cache()
     if not cache.is_absolute():
-        cache = Path(corpus.__file__).parent / cache
-    have = all((cache / s["filename"]).exists() for s in corpus.subset_sources(manifest, "cpu"))
+        cache = Path(pinned_corpus.__file__).parent / cache
+    have = all((cache / s["filename"]).exists() for s in pinned_corpus.subset_sources(manifest, "cpu"))
     if not have and os.environ.get("CI"):
         pytest.fail(f"CI must provide the CPU subset's artifacts in $CORPUS_CACHE ({cache}): see .ci/run")
     return cache if have else None
@@ -407,8 +407,8 @@ def test_cpu_subset_matches_the_manifest(tmp_path):
         pytest.skip("the CPU subset's artifacts are not downloaded: python corpus.py fetch --subset cpu")
     from tokenizer import load_tokenizer
     tok = load_tokenizer("gpt2")
-    manifest = corpus.load_manifest()
-    stats = corpus.measure("cpu", cache, tok.encode, tok.eot_token, manifest, work=tmp_path)  # extracted afresh
+    manifest = pinned_corpus.load_manifest()
+    stats = pinned_corpus.measure("cpu", cache, tok.encode, tok.eot_token, manifest, work=tmp_path)  # extracted afresh
     assert stats == manifest["subsets"]["cpu"]
 
 
@@ -418,10 +418,10 @@ def test_gpt2_ranks_come_from_the_pinned_sdist_member(tmp_path):
     (tmp_path / "w-1.tar.gz").write_bytes(sdist)
     tok = {"id": "gpt2-tokenizer", "filename": "w-1.tar.gz", "sha256": hashlib.sha256(sdist).hexdigest(),
            "member": "w-1/whisper/assets/gpt2.tiktoken", "member_sha256": hashlib.sha256(ranks).hexdigest()}
-    assert corpus.gpt2_ranks(tmp_path, {"tokenizer": tok}).read_bytes() == ranks
+    assert pinned_corpus.gpt2_ranks(tmp_path, {"tokenizer": tok}).read_bytes() == ranks
     (tmp_path / "gpt2.tiktoken").unlink()
     with pytest.raises(CorpusError, match=r"^source gpt2-tokenizer: w-1.tar.gz does not hold w-1/whisper/assets/gpt2"):
-        corpus.gpt2_ranks(tmp_path, {"tokenizer": dict(tok, member_sha256="0" * 64)})
+        pinned_corpus.gpt2_ranks(tmp_path, {"tokenizer": dict(tok, member_sha256="0" * 64)})
     assert not (tmp_path / "gpt2.tiktoken").exists()
 
 
@@ -431,14 +431,14 @@ def test_prepare_pinned_writes_the_manifests_token_files_and_names_a_changed_sou
     from tokenizer import load_tokenizer
     manifest = two_sources(tmp_path)
     tok = load_tokenizer("gpt2")
-    manifest["subsets"] = {"full": corpus.measure("full", tmp_path, tok.encode, tok.eot_token, manifest)}
-    monkeypatch.setattr(corpus, "load_manifest", lambda path=None: manifest)
+    manifest["subsets"] = {"full": pinned_corpus.measure("full", tmp_path, tok.encode, tok.eot_token, manifest)}
+    monkeypatch.setattr(pinned_corpus, "load_manifest", lambda path=None: manifest)
     monkeypatch.setenv("CORPUS_CACHE", str(tmp_path))
     prepare_c4.main(["--source", "pinned", "--subset", "full", "--out_dir", str(tmp_path / "out"), "--num_proc", "1"])
     meta = dataset.load_meta(tmp_path / "out")
     assert {s: (v["sha256"], v["tokens"]) for s, v in meta["splits"].items()} == \
         {s: (v["sha256"], v["tokens"]) for s, v in manifest["subsets"]["full"]["splits"].items()}
-    assert meta["args"]["manifest_sha256"] == corpus.manifest_sha256() and str(tmp_path) not in json.dumps(meta)
+    assert meta["args"]["manifest_sha256"] == pinned_corpus.manifest_sha256() and str(tmp_path) not in json.dumps(meta)
     # another tokenizer (a public model's): the same texts, checked against the manifest, in its ids
     prepare_c4.main(["--source", "pinned", "--subset", "full", "--tokenizer", "bytes", "--out_dir", str(tmp_path / "b")])
     bmeta = dataset.load_meta(tmp_path / "b")
@@ -489,7 +489,7 @@ def test_the_main_job_on_two_cpu_threads_trains_the_same_weights_twice(tmp_path)
     cache = cpu_cache()
     if cache is None:
         pytest.skip("the CPU subset's artifacts are not downloaded: python corpus.py fetch --subset cpu")
-    root = Path(corpus.__file__).parent
+    root = Path(pinned_corpus.__file__).parent
     env = dict(os.environ, OMP_NUM_THREADS="2", CORPUS_CACHE=str(cache))
     run = lambda *a: subprocess.run([sys.executable, *a], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     r = run("prepare_c4.py", "--source", "pinned", "--out_dir", str(tmp_path / "data"), "--num_proc", "1")
@@ -504,9 +504,9 @@ def test_the_main_job_on_two_cpu_threads_trains_the_same_weights_twice(tmp_path)
 
 
 def test_find_archive_prefers_data_then_the_folder_itself(tmp_path):
-    assert corpus.find_archive(tmp_path) is None
+    assert pinned_corpus.find_archive(tmp_path) is None
     (tmp_path / "corpus-archive.jsonl.xz").write_bytes(b"x")
-    assert corpus.find_archive(tmp_path) == str(tmp_path / "corpus-archive.jsonl.xz")
+    assert pinned_corpus.find_archive(tmp_path) == str(tmp_path / "corpus-archive.jsonl.xz")
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "corpus-archive.jsonl.xz").write_bytes(b"y")
-    assert corpus.find_archive(tmp_path) == str(tmp_path / "data" / "corpus-archive.jsonl.xz")
+    assert pinned_corpus.find_archive(tmp_path) == str(tmp_path / "data" / "corpus-archive.jsonl.xz")

@@ -11,7 +11,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # what a user runs; everything else at the top level is a library module that scripts import
 SCRIPTS = {'train.py', 'analyze.py', 'eval_quant.py', 'prepare_c4.py', 'reproduce.py', 'bench.py', 'sample.py',
-           'export_hf.py', 'intervene.py', 'lm_eval_adapter.py', 'stream_eval.py', 'gpu_suite.py'}
+           'export_hf.py', 'intervene.py', 'lm_eval_adapter.py', 'stream_eval.py', 'gpu_suite.py', 'corpus.py'}
 # script -> script imports allowed as exceptions (none today; an entry here must say why)
 KNOWN = set()
 MAX_FILE_LINES = 700
