@@ -1,0 +1,62 @@
+"""corpus_audit.py and corpus_clean.py's 13-grams on hand-made documents, each with the numbers worked out by hand."""
+import numpy as np
+
+import corpus_audit
+import corpus_clean
+
+WORDS = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(26 * 26)]   # 676 distinct letter-only words
+
+
+def text(first, n):
+    return " ".join(WORDS[first:first + n])
+
+
+def test_word_13grams_ignore_case_numbers_and_punctuation():
+    plain = "One two three four five six seven eight nine ten eleven twelve thirteen fourteen."
+    numbered = "1 one, two three four five six seven eight nine TEN eleven\n12 twelve thirteen -- fourteen 14"
+    assert len(corpus_clean.gram_hashes(plain)) == 2            # 14 words: two 13-grams
+    assert np.array_equal(corpus_clean.gram_hashes(plain), corpus_clean.gram_hashes(numbered))
+    assert len(corpus_clean.gram_hashes("only twelve words " * 4)) == 0
+    assert corpus_clean.gram_hashes(text(0, 20))[0] != corpus_clean.gram_hashes(text(1, 20))[0]
+
+
+def test_shares_count_tokens_with_separators_and_the_first_eval_tokens_of_val():
+    docs = [("a:1", "train", ""), ("b:1", "train", ""), ("b:2", "val", ""), ("a:2", "val", ""), ("b:3", "val", "")]
+    tokens = [99, 299, 59, 39, 9]          # + 1 eot each: train a 100, b 300; val b 60, a 40, b 10
+    assert corpus_audit.shares(docs, tokens, eval_tokens=80) == {
+        "a": {"train": 100, "val": 40, "eval": 20}, "b": {"train": 300, "val": 70, "eval": 60}}
+
+
+def test_leakage_and_repetition_of_13grams():
+    train = text(0, 30)                       # 18 13-grams
+    val = text(10, 20) + " " + text(100, 20)  # 40 words, 28 13-grams: words 10..29 hold 8 of train's
+    stats = corpus_audit.ngram_stats([("a:1", "train", train), ("a:2", "val", val), ("b:1", "val", text(10, 14))])
+    assert stats["val_positions"] == 28 + 2 and stats["val_in_train"] == 8 + 2
+    assert stats["val_covered"] == ["b:1"]     # 2 of 2 in train: over 80%
+    assert stats["positions"] == 18 + 28 + 2 and stats["repeated"] == 10
+
+
+def test_near_duplicate_pairs_are_counted_across_sources_only():
+    poem = text(0, 400)
+    numbered = "\n".join(f"{k + 1:4d}  {' '.join(WORDS[k * 10:k * 10 + 10])}" for k in range(40))  # the same, line-numbered
+    docs = [("milton:allegro.txt", "train", poem), ("other:comus.txt", "val", numbered + " " + text(400, 200)),
+            ("milton:copy.txt", "train", poem), ("third:x", "train", text(600, 76))]
+    pairs = corpus_audit.near_pairs(docs, [corpus_clean.gram_hashes(t) for _, _, t in docs])
+    # the numbered copy holds all of poem's 13-grams (it is the smaller doc of each pair); the two milton documents
+    # are one source, so that pair is not counted; third:x shares nothing
+    assert [(a, b) for a, b, _ in pairs] == [("milton:allegro.txt", "other:comus.txt"), ("other:comus.txt", "milton:copy.txt")]
+    assert all(c == 1.0 for *_, c in pairs)
+
+
+def test_markup_counts_and_bare_identifiers():
+    doc = ("See :ref:`the docs` and ``code`` here \\ and \\alpha.\n\n### START: ED4A800_0.tif.txt ###\np.772:0\n\n"
+           "~mickle~ (A.S. _micel_) great.\n\nPutObjectRequest\n\nbucket_name\n\nExamples\n\nnumpy.linalg.norm")
+    a = corpus_audit.audit([("s:1", "train", doc), ("t:1", "val", "plain words " * 10)], [40, 60], 10, 150)
+    assert a["markup"] == {"backticks": {"s": 6}, ":role:": {"s": 1}, "backslashes": {"s": 2},
+                           "LaTeX commands": {"s": 1}, "OCR markers": {"s": 3}, "~word~ / _word_": {"s": 2}}
+    assert a["bare_identifiers"] == {"s": 3}   # PutObjectRequest, bucket_name, numpy.linalg.norm; not "Examples"
+    assert a["bare_identifier_chars"] == {"s": len("PutObjectRequest") + len("bucket_name") + len("numpy.linalg.norm")}
+    assert a["longest"] == ("s:1", len(doc)) and a["over_cap"] == 1
+    report = corpus_audit.report(a)
+    assert "largest gap to the train share: s -100.0%" in report    # s has all of train, none of the slice
+    assert "OCR markers: 3 (s 3)" in report and "bare-identifier paragraphs: 3," in report
