@@ -80,17 +80,22 @@ RST_PROSE_ARG = {"note", "warning", "tip", "hint", "important", "caution", "atte
 RST_TABLE = re.compile(r"^=+( +=+)+$")
 RST_DIRECTIVE = re.compile(r"^(\s*)\.\.\s+(?:([\w:-]+)::(.*)|.*)$")
 RST_ADORNMENT = re.compile(r"""^\s*([=\-`:'"~^_*+#<>.])\1{2,}\s*$""")
-RST_ROLE = re.compile(r":[\w:+-]+:`([^`]*)`")
-RST_REF = re.compile(r"`([^`<]*?)\s*<[^`>]*>`_{0,2}")
-RST_TARGET = re.compile(r"`([^`]+)`_{1,2}")
+RST_ROLE = re.compile(r":([\w:+-]+):`((?:[^`\\]|\\.)*)`")
+RST_REF = re.compile(r"`((?:[^`<\\]|\\.)*?)\s*<[^`>]*>`_{0,2}")  # `text <url>`_ (an escaped \< is text, not a URL)
+RST_TARGET = re.compile(r"`((?:[^`\\]|\\.)+)`_{1,2}")
+RST_NAMED = re.compile(r"(?<![\w`])([A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?)__?(?![\w`])")  # MariaDB_ (a named reference)
+RST_INTERPRETED = re.compile(r"`((?:[^`\\]|\\.)+)`")  # `text`: interpreted text in the default role
 RST_LITERAL = re.compile(r"``(.+?)``")
 RST_EMPH = re.compile(r"\*\*(\S(?:.*?\S)?)\*\*|\*(\S(?:.*?\S)?)\*")
 RST_FOOTREF = re.compile(r"\s?\[(?:#\w*|\*|\d+)\]_")
 RST_SUBST = re.compile(r"\|(\w[\w -]*)\|_?")
+RST_ESCAPE = re.compile(r"\\(.)", re.S)  # \X is X; an escaped space (\ ) is nothing
 
 
 def rst_role_text(m: re.Match) -> str:
-    text = m.group(1)
+    role, text = m.group(1), m.group(2)
+    if role.split(":")[-1] == "math":
+        return latex_to_text(text)
     label = re.match(r"(.*?)\s*<[^>]*>$", text, re.S)
     if label and label.group(1):
         return label.group(1)
@@ -98,14 +103,24 @@ def rst_role_text(m: re.Match) -> str:
     return text.rsplit(".", 1)[-1] if text.startswith("~") else text
 
 
-def rst_inline(line: str) -> str:
-    line = RST_ROLE.sub(rst_role_text, line)
-    line = RST_REF.sub(lambda m: m.group(1), line)
-    line = RST_TARGET.sub(lambda m: m.group(1), line)
-    line = RST_LITERAL.sub(lambda m: m.group(1), line)
-    line = RST_EMPH.sub(lambda m: m.group(1) or m.group(2), line)
-    line = RST_FOOTREF.sub("", line)
-    return RST_SUBST.sub(lambda m: m.group(1), line)
+def rst_markup(text: str) -> str:
+    """Inline markup of text outside ``literals``: roles, references, emphasis, substitutions, escapes."""
+    text = RST_ROLE.sub(rst_role_text, text)
+    text = RST_REF.sub(lambda m: m.group(1), text)
+    text = RST_TARGET.sub(lambda m: m.group(1), text)
+    text = RST_INTERPRETED.sub(lambda m: m.group(1), text)
+    text = RST_NAMED.sub(lambda m: m.group(1), text)
+    text = RST_EMPH.sub(lambda m: m.group(1) or m.group(2), text)
+    text = RST_FOOTREF.sub("", text)
+    text = RST_SUBST.sub(lambda m: m.group(1), text)
+    return RST_ESCAPE.sub(lambda m: "" if m.group(1).isspace() else m.group(1), text)
+
+
+def rst_inline(text: str) -> str:
+    """Inline markup stripped from a whole paragraph (its lines joined first: a role may wrap across a line
+    break); ``literal`` text is kept as it is written, backslashes included."""
+    parts = RST_LITERAL.split(text)   # text, literal, text, ...
+    return "".join(part if k % 2 else rst_markup(part) for k, part in enumerate(parts))
 
 
 def indent_of(line: str) -> int:
@@ -131,7 +146,7 @@ def rst_to_text(text: str) -> str:
             name = (m.group(2) or "").split(":")[-1]
             if name in RST_KEEP:
                 if name in RST_PROSE_ARG and m.group(3).strip():
-                    out.append(rst_inline(m.group(3).strip()))
+                    out.append(m.group(3).strip())
                 i += 1  # keep the body (dedent happens in unwrap); skip its :option: lines
                 while i < n and re.match(r"^\s+:[\w -]+:", lines[i]):
                     i += 1
@@ -157,14 +172,74 @@ def rst_to_text(text: str) -> str:
             continue
         if s.endswith("::"):  # the paragraph ends in a literal block: keep the text, drop the block
             body = s[:-2].rstrip()
-            out.append(" " * indent_of(line) + rst_inline(body + (":" if body and not body.endswith(":") else "")))
+            out.append(" " * indent_of(line) + body + (":" if body and not body.endswith(":") else ""))
             skip_below = indent_of(line)
             # the literal block is the indented block after the blank line
             i += 1
             continue
-        out.append(rst_inline(line))
+        out.append(line)
         i += 1
-    return unwrap("\n".join(out))
+    return "\n".join(rst_inline(line) for line in unwrap("\n".join(out)).split("\n"))
+
+
+# LaTeX (MathJax in HTML, :math: in reStructuredText) ------------------------------------
+GREEK = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon "
+         "phi chi psi omega").split()
+LATEX_SYMBOLS = {**{g: chr(0x3B1 + i + (i > 16)) for i, g in enumerate(GREEK)},
+                 **{g.capitalize(): chr(0x391 + i + (i > 16)) for i, g in enumerate(GREEK)},
+                 "varepsilon": "ε", "vartheta": "ϑ", "varphi": "φ", "varrho": "ϱ", "varsigma": "ς", "ell": "ℓ",
+                 "leq": "≤", "le": "≤", "geq": "≥", "ge": "≥", "neq": "≠", "ne": "≠", "approx": "≈", "sim": "∼",
+                 "simeq": "≃", "equiv": "≡", "propto": "∝", "pm": "±", "mp": "∓", "times": "×", "cdot": "·",
+                 "div": "÷", "ast": "*", "star": "⋆", "circ": "∘", "bullet": "•", "oplus": "⊕", "otimes": "⊗",
+                 "in": "∈", "notin": "∉", "ni": "∋", "subset": "⊂", "subseteq": "⊆", "supset": "⊃", "supseteq": "⊇",
+                 "cup": "∪", "cap": "∩", "setminus": "∖", "emptyset": "∅", "varnothing": "∅", "forall": "∀",
+                 "exists": "∃", "neg": "¬", "lnot": "¬", "wedge": "∧", "land": "∧", "vee": "∨", "lor": "∨",
+                 "infty": "∞", "partial": "∂", "nabla": "∇", "sum": "∑", "prod": "∏", "int": "∫", "oint": "∮",
+                 "sqrt": "√", "to": "→", "rightarrow": "→", "leftarrow": "←", "Rightarrow": "⇒", "Leftarrow": "⇐",
+                 "leftrightarrow": "↔", "Leftrightarrow": "⇔", "iff": "⇔", "implies": "⇒", "mapsto": "↦",
+                 "langle": "⟨", "rangle": "⟩", "lfloor": "⌊", "rfloor": "⌋", "lceil": "⌈", "rceil": "⌉",
+                 "mid": "|", "vert": "|", "lvert": "|", "rvert": "|", "Vert": "‖", "|": "‖", "ldots": "…",
+                 "cdots": "⋯", "dots": "…", "vdots": "⋮", "ddots": "⋱", "perp": "⊥", "parallel": "∥",
+                 "angle": "∠", "deg": "deg", "prime": "′", "hbar": "ħ", "dagger": "†", "{": "{", "}": "}",
+                 "_": "_", "%": "%", "$": "$", "#": "#", "&": "&"}
+LATEX_NAMED = {"log", "ln", "exp", "sin", "cos", "tan", "sec", "csc", "cot", "arcsin", "arccos", "arctan", "sinh",
+               "cosh", "tanh", "max", "min", "sup", "inf", "lim", "limsup", "liminf", "det", "dim", "ker", "gcd",
+               "lcm", "arg", "Pr", "mod", "bmod", "pmod", "hom", "rank", "tr"}
+LATEX_SPACES = {",", ";", ":", "!", " ", "quad", "qquad", "enspace", "thinspace"}
+LATEX_ARG = re.compile(r"\\(?:math[a-z]*|text[a-z]*|operatorname\*?|boldsymbol|bm|mbox|hbox|hat|widehat|bar|"
+                       r"overline|underline|tilde|widetilde|vec|dot|ddot|check|breve|acute|grave|mathring)\s*"
+                       r"\{([^{}]*)\}")
+LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+LATEX_COMMAND = re.compile(r"\\([a-zA-Z]+|[^a-zA-Z])")
+LATEX_SIZES = re.compile(r"\\(?:left|right|[bB]igg?[lr]?|middle)\b\.?")
+
+
+def latex_to_text(expr: str) -> str:
+    """A LaTeX formula as plain text: Greek letters and symbols as Unicode (\\alpha -> α, \\leq -> ≤), function
+    names as words (\\log -> log), \\frac{a}{b} as (a)/(b), font and accent commands reduced to their argument,
+    sizes, spacing and other commands dropped, braces removed; ^ and _ stay (x^2, a_i)."""
+    expr = LATEX_SIZES.sub("", expr)
+    for _ in range(4):   # nested arguments, innermost first
+        expr = LATEX_FRAC.sub(lambda m: f"({m.group(1)})/({m.group(2)})", LATEX_ARG.sub(lambda m: m.group(1), expr))
+
+    def command(m):
+        name = m.group(1)
+        if name in LATEX_SYMBOLS:
+            return LATEX_SYMBOLS[name]
+        if name in LATEX_NAMED:
+            return name + " "
+        return " " if name in LATEX_SPACES else ""
+    expr = LATEX_COMMAND.sub(command, expr).replace("{", "").replace("}", "").replace("~", " ")
+    return " ".join(expr.split())
+
+
+MATH_INLINE = re.compile(r"\\\((.+?)\\\)", re.S)   # \( ... \): MathJax's inline math
+MATH_DISPLAY = re.compile(r"\\\[(.+?)\\\]", re.S)  # \[ ... \]: a displayed equation
+
+
+def math_to_text(text: str) -> str:
+    """Inline formulas as plain text (latex_to_text); displayed equations dropped (a line of symbols is no prose)."""
+    return MATH_INLINE.sub(lambda m: latex_to_text(m.group(1)), MATH_DISPLAY.sub("\n\n", text))
 
 
 # HTML ------------------------------------------------------------------------------
@@ -179,7 +254,7 @@ def html_to_text(text: str) -> str:
     paragraphs; inline code stays (it is part of its sentence)."""
     text = HTML_DROP.sub(" ", text)
     text = HTML_BLOCK.sub("\n\n", text)
-    text = unescape(HTML_TAG.sub("", text)).replace("\u00b6", "")  # Sphinx's ¶ links to each heading
+    text = math_to_text(unescape(HTML_TAG.sub("", text)).replace("\u00b6", ""))  # Sphinx's ¶ links to each heading
     paras = (" ".join(p.split()) for p in re.split(r"\n\s*\n", text))
     # generated pages hold menus, tables of contents and lists of names between their sentences: a paragraph
     # of fewer than HTML_MIN_WORDS words that does not end a sentence is one of those
@@ -192,15 +267,40 @@ GUTENBERG_END = re.compile(r"^(\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG|End o
                            re.M | re.I)
 
 
+GUTENBERG_EMPHASIS = re.compile(r"~([A-Za-z][^~\n]*?)~|(?<![\w*])_([A-Za-z][^_\n]*?)_(?![\w*])")
+OCR_PAGE = re.compile(r"^#{3,} (?:START|END): \S+\.tif\.txt #{3,}$", re.M)  # a scanned page's transcription
+OCR_FURNITURE = re.compile(r"^(?:#{3,} .*|.*\bhttps?://\S+\.tiff?\b.*)$", re.I)  # page markers, the scan's URL
+OCR_NOTE = re.compile(r"\bp\.\d+:\d+\b|\[\[ed:[^\]]*\]\]")  # the page number, editors' notes
+OCR_WORD = re.compile(r"(?:[A-Z]?[a-z]+|[A-Z]+|\d+)")
+
+
+def ocr_line(line: str) -> bool:
+    """A line of a page scan's transcription that is not its text: the page markers and the scan's URL, running
+    heads and captions (no lower-case letter), and recognition noise (letters and digits under half of its
+    characters, or under half of its words plausible: letters in one case or capitalised, or a number)."""
+    s = line.strip()
+    if not s:
+        return False
+    words = [w.strip("\"'()[]{},.;:!?-—“”‘’*") for w in s.split()]
+    plausible = sum(bool(OCR_WORD.fullmatch(w)) and (len(w) > 1 or w in "aAI") for w in words if w)
+    return (bool(OCR_FURNITURE.match(s)) or not any(c.islower() for c in s)
+            or sum(c.isalnum() for c in s) < 0.5 * len(s.replace(" ", "")) or plausible < 0.5 * len(words))
+
+
 def plain_to_text(text: str) -> str:
-    """Plain text kept line by line (verse, plays); a Project Gutenberg header and licence footer are cut off."""
+    """Plain text kept line by line (verse, plays); a Project Gutenberg header and licence footer are cut off, and
+    its emphasis marks (~word~, _word_) dropped. A transcription of page scans (### START: X.tif.txt ### markers)
+    is prose: its scan furniture and recognition noise go (ocr_line) and its lines are joined."""
     start = GUTENBERG_START.search(text)
     if start:
         text = text[start.end():]
     end = GUTENBERG_END.search(text)
     if end:
         text = text[:end.start()]
-    return text
+    text = GUTENBERG_EMPHASIS.sub(lambda m: m.group(1) or m.group(2), text)
+    if OCR_PAGE.search(text):
+        text = unwrap("\n".join("" if ocr_line(line) else line for line in OCR_NOTE.sub("", text).split("\n")))
+    return re.sub(r"^#{1,2} ", "", text, flags=re.M)
 
 
 def kjv_chapters(text: str) -> list[tuple[str, str]]:
@@ -266,26 +366,38 @@ def walk_json(text: str, visit) -> str:
 def json_docs(text: str) -> str:
     """The documentation strings of a JSON API description (botocore's service-2.json: "documentation", HTML;
     Google's discovery documents: "description", plain text), in file order, each under the name of the
-    operation, shape or parameter that holds it; the rest of the JSON (types, URLs, enums) is left out."""
+    operation, shape or parameter that holds it ("PutObject: Adds an object ..."); the rest of the JSON (types,
+    URLs, enums) is left out. Google's descriptions mark code as Markdown does (`name`): the marks go."""
     def visit(node, key, value, name):
         if key not in JSON_DOC_KEYS or not isinstance(value, str):
             return None
-        body = html_to_text(value)
-        return [f"{name}\n\n{body}" if name else body] if body else []
+        body = markdown_inline(html_to_text(value))
+        return [named(name, body)] if body else []
     return walk_json(text, visit)
+
+
+def named(name: str, body: str) -> str:
+    """A description under the name it describes, as one sentence: 'name: body' (no paragraph of a bare name)."""
+    return f"{name}: {body}" if name else body
 
 
 MD_FENCE = re.compile(r"^ *(```|~~~).*?^ *\1[^\n]*$", re.M | re.S)
 MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+MD_CODE = re.compile(r"(`+)\s?(.+?)\s?\1")   # `code`, ``code with a ` inside``
+MD_STRONG = re.compile(r"\*\*(\S(?:.*?\S)?)\*\*|__(\S(?:.*?\S)?)__")
+
+
+def markdown_inline(text: str) -> str:
+    """Markdown's inline marks dropped: code spans keep their text, links their words, strong text its words."""
+    text = MD_LINK.sub(lambda m: m.group(1), text)
+    return MD_STRONG.sub(lambda m: m.group(1) or m.group(2), MD_CODE.sub(lambda m: m.group(2), text))
 
 
 def markdown_to_text(text: str) -> str:
     """Prose of Markdown: fenced code blocks, images and HTML tags dropped, links reduced to their text, heading
     marks and emphasis stripped; hard-wrapped paragraphs joined."""
-    text = MD_LINK.sub(lambda m: m.group(1), MD_FENCE.sub("", text))
-    text = re.sub(r"^#{1,6} +", "", HTML_TAG.sub("", text), flags=re.M)
-    text = re.sub(r"\*\*(\S(?:.*?\S)?)\*\*|`([^`\n]+)`", lambda m: m.group(1) or m.group(2), text)
-    return unwrap(text)
+    text = re.sub(r"^#{1,6} +", "", HTML_TAG.sub("", MD_FENCE.sub("", text)), flags=re.M)
+    return markdown_inline(unwrap(text))
 
 
 def jsii_docs(text: str) -> str:
@@ -293,8 +405,9 @@ def jsii_docs(text: str) -> str:
     summary and remarks under the type's or member's name (examples, defaults and links left out)."""
     def visit(node, key, value, name):
         if key == "docs" and isinstance(value, dict):
-            body = "\n\n".join(unwrap(value[k]) for k in ("summary", "remarks") if isinstance(value.get(k), str))
-            return [f"{node.get('name') or name}\n\n{body}"] if body.strip() else []
+            body = "\n\n".join(markdown_to_text(value[k]) for k in ("summary", "remarks")
+                                 if isinstance(value.get(k), str))
+            return [named(node.get("name") or name, body)] if body.strip() else []
         if key == "readme" and isinstance(value, dict) and isinstance(value.get("markdown"), str):
             return [markdown_to_text(value["markdown"])]
         return None
@@ -397,6 +510,31 @@ def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
         return [(name, jsii_docs(text))]
     raise UnknownFormat(f"unknown source format {fmt!r} in the manifest: use rst, html, text, dictd, kjv_jsonl, "
                         f"json_chapter, json_docs, jsii, man, info or wordnet")
+
+
+IDENTIFIER = re.compile(r"[A-Za-z_][\w.:<>\[\]()/-]*")
+URL = re.compile(r"<?https?://\S+>?")
+
+
+def bare_identifier(paragraph: str) -> bool:
+    """A paragraph that is one identifier (`PutObjectRequest`, `numpy.linalg.norm`, `bucket_name`), not a word."""
+    p = paragraph.strip()
+    return (bool(IDENTIFIER.fullmatch(p)) and not p.endswith(".") and not URL.fullmatch(p)
+            and ("_" in p or "." in p or "(" in p or re.search(r"[a-z][A-Z]", p) is not None))
+
+
+def attach_names(text: str) -> str:
+    """A paragraph that is a bare identifier (an API page's entry, a field's name) is joined to the paragraph
+    after it ('bucket_name: The name of ...'); of several in a row only the last is kept, and one at the end, or a
+    paragraph that is only a URL, is dropped."""
+    out, name = [], None
+    for p in text.split("\n\n"):
+        if bare_identifier(p.rstrip(":")):
+            name = p.rstrip(":")
+        elif not URL.fullmatch(p.strip()):
+            out.append(f"{name}: {p}" if name else p)
+            name = None
+    return "\n\n".join(out)
 
 
 CODE_CHARS = set("{}[]()<>=;:/\\$#@%&|_*`^~+")
