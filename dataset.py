@@ -302,8 +302,9 @@ def prepare_pinned(out_dir=None, subset="cpu", corpus_archive=None, num_proc=1, 
     gpt2 = tok.name == "gpt2"
     source = f"pinned corpus, {subset} subset (corpus_manifest.json sha256 {args['manifest_sha256'][:16]}...)"
     description = ("NOT C4. English prose from pinned registry artifacts (corpus_manifest.json; docs/data.md): "
-                   "documentation, books, speeches, dictionaries; markup stripped, duplicates removed; val = the "
-                   f"documents whose sha256 starts with a byte < {pinned_corpus.VAL_BYTE}. The same on every installation.")
+                   "documentation, books, speeches, dictionaries; markup stripped, duplicates removed; val = whole "
+                   "files, about 4% of each source, ordered so that any prefix holds every source in proportion. "
+                   "The same on every installation.")
     splits = {}
 
     def split_texts(split):

@@ -1,48 +1,48 @@
 """
 The pinned corpus (library; its command line is corpus.py): English prose read from exact registry artifacts, the
-same text on every installation.
+same text on every installation (docs/data.md).
 
 corpus_manifest.json lists the sources: each one registry artifact (name, exact version, file name, sha256)
 and the members read from it. Artifacts live in --cache (default data/corpus_cache, or $CORPUS_CACHE); a file
 already there with the pinned sha256 is used as it is, so a machine without network can be given the files.
 
 Extraction is a pure function of the artifact bytes: archive members in sorted name order, UTF-8 (Latin-1 when
-a file is not UTF-8), NFC, markup (reStructuredText, HTML, man) stripped by the small readers below, whitespace
-normalised. Cleaning: documents under MIN_CHARS dropped; exact duplicates dropped; a paragraph of
->= MIN_PARA_CHARS seen before (in manifest order) is dropped, and a document whose text was mostly seen before is
-dropped whole (versions of the same documentation, licence boilerplate). Split: val when the first byte of
-sha256(text) < VAL_BYTE (10/256, 3.9%), else train; a text longer than MAX_CHARS is first cut between paragraphs into
-documents of at most MAX_CHARS (where paragraphs allow), so that the split is not lumpy. Each source's extracted
-documents are cached in
-CACHE/extracted/ (written atomically), so a killed run redoes only the sources it had not finished.
+a file is not UTF-8), NFC, markup stripped by the readers of corpus_text.py, whitespace normalised, a paragraph
+that is a bare name joined to the one it names; then, per source, page furniture dropped and long texts cut into
+documents of at most MAX_CHARS (corpus_clean.py). Each source's extraction is cached in CACHE/extracted/ID.jsonl
+(written atomically, its header holding its key, document count and sha256), so a killed run redoes only the
+sources it had not finished. Across sources (corpus_clean.py): duplicates and near duplicates dropped, then the
+split by unit (a file) and the order of val.
+
+The archive subset is one file (ARCHIVE_FILE, xz-compressed JSON lines {"id", "split", "text"}) that a machine
+without network is handed; the manifest pins its content (the sha256, size and line count of the decompressed
+lines, and a 4-byte sha256 prefix per line, which names the first document that differs), not its compressed
+bytes, so any faithful recompression is accepted.
 """
+import base64
 import fnmatch
 import hashlib
 import io
 import json
 import lzma
 import os
+import sys
 import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
-from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
+import corpus_clean
+from corpus_clean import BOILER_MIN, BOILER_SHARE, MAX_CHARS, MIN_CHARS, drop_boilerplate, pieces
+from corpus_text import UnknownFormat, attach_names, code_like, member_documents, normalise
 from fileio import file_sha256
-from corpus_text import UnknownFormat, code_like, member_documents, normalise
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
-EXTRACT_VERSION = 5  # bump when extraction or cleaning changes: cached extractions of another version are redone
-MIN_CHARS = 200  # shorter documents are mostly headings, stubs and index pages
-MIN_PARA_CHARS = 80  # a repeated paragraph this long is boilerplate or a copy; shorter ones ("Examples") may repeat
-SEEN_SHARE = 0.5  # a document with more than this share of its characters in paragraphs seen before is a copy
-BOILER_SHARE, BOILER_MIN = 0.2, 10  # a paragraph in >= 20% (and >= 10) of a source's files is page furniture
-ARCHIVE_CHARS = 230_000_000  # the archive holds the full corpus's documents in sha256 order up to this many characters
-VAL_BYTE = 10  # sha256(text)[0] < VAL_BYTE -> val (10/256, 3.9%: the CPU subset's val holds the main job's eval_tokens)
-MAX_CHARS = 16_000  # longer texts (plays, long guides) become several documents, cut between paragraphs
+EXTRACT_VERSION = 6  # bump when extraction or cleaning changes: cached extractions of another version are redone
+ARCHIVE_CHARS = 230_000_000  # the archive holds all of val, then train documents by sha256 up to this many characters
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 NPM_TARBALL = "https://registry.npmjs.org/{name}/-/{base}-{version}.tgz"
 DEBIAN_POOL = "https://deb.debian.org/debian/"
@@ -217,35 +217,13 @@ def wanted(name: str, src: dict) -> bool:
 
 # ----------------------------------------------------------------------------- extraction, cleaning, split
 
-def pieces(text: str) -> list[str]:
-    """The text cut between paragraphs into parts of at most MAX_CHARS (a longer paragraph is a part of its own)."""
-    parts, cur = [], []
-    size = 0
-    for p in text.split("\n\n"):
-        if cur and size + len(p) > MAX_CHARS:
-            parts.append("\n\n".join(cur))
-            cur, size = [], 0
-        cur.append(p)
-        size += len(p) + 2
-    if cur:
-        parts.append("\n\n".join(cur))
-    return parts
-
-
-def drop_boilerplate(texts: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Without the paragraphs that recur in at least BOILER_SHARE of a source's files (and in BOILER_MIN or more):
-    navigation, headers and footers of generated pages."""
-    counts = Counter(k for _, text in texts for k in {para_key(p) for p in paragraphs(text)})
-    limit = max(BOILER_MIN, BOILER_SHARE * len(texts))
-    return [(doc_id, "\n\n".join(p for p in paragraphs(text) if counts[para_key(p)] < limit)) for doc_id, text in texts]
-
-
 def extract_source(src: dict, path: Path) -> list[tuple[str, str]]:
     """(doc_id, text) of one source: its wanted members in sorted order, extracted and normalised."""
     texts = []
     try:
         for name, raw in archive_files(path, lambda name: wanted(name, src)):
-            texts += [(doc_id, normalise(text)) for doc_id, text in member_documents(name, raw, src["format"])]
+            texts += [(doc_id, attach_names(normalise(text)))
+                      for doc_id, text in member_documents(name, raw, src["format"])]
     except UnknownFormat as e:
         raise CorpusError(f"source {src['id']}: {e}") from None
     except (tarfile.TarError, zipfile.BadZipFile, lzma.LZMAError, EOFError, ValueError, OSError) as e:
@@ -256,34 +234,58 @@ def extract_source(src: dict, path: Path) -> list[tuple[str, str]]:
         parts = pieces(text)
         for k, part in enumerate(parts):
             if len(part) >= MIN_CHARS:
-                docs.append((f"{src['id']}:{doc_id}" + (f"#{k}" if len(parts) > 1 else ""), part))
+                docs.append((f"{src['id']}:{doc_id}" + (f"#part{k}" if len(parts) > 1 else ""), part))
     if not docs:
         raise CorpusError(f"source {src['id']}: no document in {path.name} matches the manifest's include patterns")
     return docs
 
 
+def extraction_key(src: dict) -> dict:
+    return {"sha256": src["sha256"], "extract_version": EXTRACT_VERSION, "include": src["include"],
+            "exclude": src.get("exclude", []), "format": src["format"], "max_chars": MAX_CHARS,
+            "min_chars": MIN_CHARS, "boilerplate": [BOILER_SHARE, BOILER_MIN]}
+
+
+def read_extraction(path: Path, key: dict) -> list[tuple[str, str]] | None:
+    """The documents cached in `path` when its header holds `key` and the lines after it are the header's count
+    and sha256; None when it is another extraction's (another version, artifact or setting). A file that claims
+    the key but fails its count or sha256 (cut short, edited) is an error naming it."""
+    try:
+        with open(path, "rb") as f:
+            header = json.loads(f.readline())
+            if not isinstance(header, dict) or header.get("key") != key:
+                return None
+            body = f.read()
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    lines = body.decode("utf-8", "replace").splitlines()
+    if len(lines) != header.get("documents") or hashlib.sha256(body).hexdigest() != header.get("sha256"):
+        raise CorpusError(f"the cached extraction {path} holds {len(lines):,} documents, not the "
+                          f"{header.get('documents')} its header records, or other bytes (cut short or edited)")
+    return [tuple(json.loads(line)) for line in lines]
+
+
 def extracted(src: dict, cache: Path, work: Path | None = None) -> list[tuple[str, str]]:
     """extract_source, cached in WORK/ID.jsonl (default CACHE/extracted; keyed by artifact sha256 and
-    EXTRACT_VERSION)."""
+    EXTRACT_VERSION; checked by its document count and sha256, and extracted again when it fails them)."""
     out = Path(work or cache / "extracted") / f"{src['id']}.jsonl"
-    key = {"sha256": src["sha256"], "extract_version": EXTRACT_VERSION, "include": src["include"],
-           "exclude": src.get("exclude", []), "format": src["format"], "max_chars": MAX_CHARS,
-           "min_chars": MIN_CHARS, "boilerplate": [BOILER_SHARE, BOILER_MIN]}
-    if out.exists():
-        with open(out, encoding="utf-8") as f:
-            try:
-                if json.loads(f.readline()) == key:
-                    return [tuple(json.loads(line)) for line in f]
-            except ValueError:
-                pass  # a cached file from elsewhere that is not ours: extracted again below
+    key = extraction_key(src)
+    if out.is_file():
+        try:
+            docs = read_extraction(out, key)
+        except CorpusError as e:
+            print(f"warning: {e}: extracting source {src['id']} again", file=sys.stderr)
+            docs = None
+        if docs is not None:
+            return docs
     docs = extract_source(src, fetch(src, cache))
+    body = "".join(json.dumps(doc, ensure_ascii=False) + "\n" for doc in docs).encode("utf-8")
+    header = {"key": key, "documents": len(docs), "sha256": hashlib.sha256(body).hexdigest()}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(key) + "\n")
-            for doc in docs:
-                f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        with open(tmp, "wb") as f:
+            f.write(json.dumps(header).encode() + b"\n" + body)
         os.replace(tmp, out)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -291,105 +293,157 @@ def extracted(src: dict, cache: Path, work: Path | None = None) -> list[tuple[st
     return docs
 
 
-def paragraphs(text: str) -> list[str]:
-    return [p for p in text.split("\n\n") if p.strip()]
-
-
-def para_key(p: str) -> bytes:
-    return hashlib.sha256(" ".join(p.lower().split()).encode()).digest()[:12]
-
-
-def deduplicate(docs: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
-    """Drop exact duplicates, long paragraphs seen before, and documents that are mostly copies (in input order:
-    the first occurrence stays)."""
-    seen_docs, seen_paras = set(), set()
-    for doc_id, text in docs:
-        h = hashlib.sha256(text.encode()).digest()
-        if h in seen_docs:
-            continue
-        seen_docs.add(h)
-        paras = paragraphs(text)
-        keys = [para_key(p) if len(p) >= MIN_PARA_CHARS else None for p in paras]
-        prior = [k is not None and k in seen_paras for k in keys]
-        copied = sum(len(p) for p, c in zip(paras, prior) if c)
-        seen_paras.update(k for k in keys if k is not None)
-        if copied > SEEN_SHARE * len(text):
-            continue
-        if copied:
-            text = "\n\n".join(p for p, c in zip(paras, prior) if not c)
-        if len(text) >= MIN_CHARS:
-            yield doc_id, text
-
-
-def split_of(text: str) -> str:
-    """val when the first byte of sha256(text) < VAL_BYTE, else train: a property of the text alone."""
-    return "val" if hashlib.sha256(text.encode("utf-8")).digest()[0] < VAL_BYTE else "train"
+def gpt2_count(cache: Path, manifest: dict):
+    """A function text -> its number of GPT-2 tokens (the pinned ranks: $GPT2_TIKTOKEN, else CACHE/gpt2.tiktoken,
+    fetched if missing). The order of val is measured in these tokens, whatever tokenizer prepares the data."""
+    from tokenizer import gpt2_ranks_file, load_tokenizer
+    path = gpt2_ranks_file() or gpt2_ranks(cache, manifest)
+    encode = load_tokenizer(str(path) if str(path).endswith(".tiktoken") else "gpt2").encode
+    return lambda text: len(encode(text))
 
 
 def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | None = None,
-              sources: list[dict] | None = None, work: Path | None = None,
-              archive: Path | None = None) -> Iterator[tuple[str, str, str]]:
-    """(doc_id, split, text) of the corpus subset: cpu and full in manifest source order and sorted member order;
-    archive = the documents of full sorted by sha256(text), up to ARCHIVE_CHARS characters, read from the
-    artifacts or, given `archive`, from the archive file."""
+              sources: list[dict] | None = None, work: Path | None = None, archive: Path | None = None,
+              count=None) -> list[tuple[str, str, str]]:
+    """(doc_id, split, text) of a subset in the order of its split files: train in manifest order, then val in
+    corpus_clean.val_order. cpu and full are read from the artifacts (or `sources`); archive from its file
+    (`archive`, else find_archive()), checked against the manifest. count: text -> tokens for the order of val
+    (default gpt2_count)."""
     manifest = manifest or load_manifest()
     if subset == "archive":
-        if archive is not None:
-            yield from read_archive(Path(archive), manifest)
-            return
-        docs = sorted(documents("full", cache, manifest, work=work),
-                      key=lambda d: hashlib.sha256(d[2].encode()).digest())
-        chars = 0
-        for doc in docs:
-            chars += len(doc[2])
-            if chars > ARCHIVE_CHARS:
-                return
-            yield doc
-        return
+        path = archive or find_archive()
+        if path is None:
+            raise CorpusError(f"the archive subset is read from its file, which is not in data/ or here: copy "
+                              f"{ARCHIVE_FILE} (content sha256 {archive_pin(manifest).get('sha256', '?')[:16]}...) "
+                              f"into data/, or pass --corpus_archive FILE")
+        return list(read_archive(Path(path), manifest))
     cache = Path(cache or default_cache())
     srcs = sources if sources is not None else subset_sources(manifest, subset)
+    docs = list(corpus_clean.deduplicate(doc for src in srcs for doc in extracted(src, cache, work)))
+    grams = [corpus_clean.gram_hashes(text) for _, text in docs]
+    near = corpus_clean.near_duplicates(grams)
+    keep = [i for i in range(len(docs)) if i not in near]
+    formats = {s["id"]: s["format"] for s in srcs}
+    return corpus_clean.split([docs[i] for i in keep], [grams[i] for i in keep], formats,
+                              count or gpt2_count(cache, manifest))
 
-    def raw():
-        for src in srcs:
-            yield from extracted(src, cache, work)
-    for doc_id, text in deduplicate(raw()):
-        yield doc_id, split_of(text), text
+
+# ----------------------------------------------------------------------------- the archive file
+
+def archive_pin(manifest: dict) -> dict:
+    """The manifest's pin of the archive's content: {"sha256", "bytes", "documents", "lines"} (lines: the base64
+    of a 4-byte sha256 prefix per line); {} when it pins none."""
+    return manifest.get("archive", {}).get("content", {})
 
 
-def write_archive(out: Path, cache: Path, manifest: dict) -> dict:
-    """The archive subset as xz-compressed JSON lines {"id", "split", "text"}; written under a temporary name and
-    renamed when complete. Returns its file name, size and sha256."""
+def archive_documents(docs: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The archive subset of the full corpus's documents: all of val in its order, then train documents in
+    sha256(text) order while the total stays within ARCHIVE_CHARS."""
+    val = [d for d in docs if d[1] == "val"]
+    chars, out = sum(len(d[2]) for d in val), list(val)
+    for doc in sorted((d for d in docs if d[1] == "train"), key=lambda d: hashlib.sha256(d[2].encode()).digest()):
+        chars += len(doc[2])
+        if chars > ARCHIVE_CHARS:
+            break
+        out.append(doc)
+    return out
+
+
+def archive_line(doc_id: str, split: str, text: str) -> bytes:
+    return (json.dumps({"id": doc_id, "split": split, "text": text}, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class ContentHash:
+    """The content pin of an archive's lines, accumulated line by line (see archive_pin)."""
+
+    def __init__(self):
+        self.sha, self.bytes, self.prefixes = hashlib.sha256(), 0, bytearray()
+
+    def add(self, line: bytes):
+        self.sha.update(line)
+        self.bytes += len(line)
+        self.prefixes += hashlib.sha256(line).digest()[:4]
+
+    def pin(self) -> dict:
+        return {"sha256": self.sha.hexdigest(), "bytes": self.bytes, "documents": len(self.prefixes) // 4,
+                "lines": base64.b64encode(bytes(self.prefixes)).decode("ascii")}
+
+
+def archive_content(path: Path) -> dict:
+    """The content pin (archive_pin) of an archive file's decompressed lines."""
+    content = ContentHash()
+    try:
+        with lzma.open(path, "rb") as f:
+            for line in f:
+                content.add(line)
+    except (OSError, lzma.LZMAError, EOFError) as e:
+        raise CorpusError(f"corpus archive {path}: cannot read it ({e})") from None
+    return content.pin()
+
+
+def write_archive(out: Path, docs: list[tuple[str, str, str]]) -> dict:
+    """The documents as xz-compressed JSON lines {"id", "split", "text"} (preset 9) in `out`, written under a
+    temporary name and renamed when complete (nothing is left behind on an error). Returns the manifest's archive
+    entry for it: file name, size and sha256 (of this compression: another xz may write other bytes), characters,
+    and "content" (archive_pin)."""
     if out.exists():
         raise CorpusError(f"{out} exists: pass another --out (nothing is overwritten)")
-    tmp = out.with_name(out.name + ".tmp")
+    tmp, content = out.with_name(f".{out.name}.{os.getpid()}.tmp"), ContentHash()
     try:
-        with lzma.open(tmp, "wt", encoding="utf-8", preset=9) as f:
-            for doc_id, split, text in documents("archive", cache, manifest):
-                f.write(json.dumps({"id": doc_id, "split": split, "text": text}, ensure_ascii=False) + "\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with lzma.open(tmp, "wb", preset=9) as f:
+            for doc in docs:
+                line = archive_line(*doc)
+                content.add(line)
+                f.write(line)
         os.replace(tmp, out)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise CorpusError(f"cannot write {out} ({e.strerror}): free disk space or pass another --out") from None
-    return {"filename": out.name, "size": out.stat().st_size, "sha256": file_sha256(out), "chars": ARCHIVE_CHARS}
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"filename": out.name, "size": out.stat().st_size, "sha256": file_sha256(out),
+            "chars": sum(len(d[2]) for d in docs), "content": content.pin()}
 
 
-def read_archive(path: Path, manifest: dict) -> Iterator[tuple[str, str, str]]:
-    """The documents of an archive file written by write_archive, after checking its sha256 against the manifest."""
-    pinned = manifest.get("archive", {}).get("sha256")
+def archive_difference(content: dict, pin: dict, ids: list[str]) -> str | None:
+    """None when the content pins agree, else what differs: the first document whose line differs (by its
+    4-byte prefix), or the count or the bytes after the last document."""
+    if content["sha256"] == pin.get("sha256"):
+        return None
+    have, want = base64.b64decode(content["lines"]), base64.b64decode(pin.get("lines", ""))
+    for i in range(0, min(len(have), len(want)), 4):
+        if have[i:i + 4] != want[i:i + 4]:
+            return f"document {i // 4 + 1:,} ({ids[i // 4]}) differs from the pinned archive's"
+    if content["documents"] != pin.get("documents"):
+        return f"it holds {content['documents']:,} documents, the pinned archive {pin.get('documents', 0):,}"
+    return f"its lines are the pinned ones but its content sha256 is {content['sha256'][:16]}..."
+
+
+def read_archive(path: Path, manifest: dict | None, check: bool = True) -> Iterator[tuple[str, str, str]]:
+    """The documents of an archive file (written by write_archive or recompressed by any xz), checked, when
+    `check`, against the manifest's content pin once read: a difference names the first document that differs
+    (the error comes before the caller can have used a wrong document, as long as it reads them all first)."""
     if not path.is_file():
         raise CorpusError(f"corpus archive {path}: no such file")
-    sha = file_sha256(path)
-    if sha != pinned:
-        raise CorpusError(f"corpus archive {path.name} has sha256 {sha[:16]}..., the manifest pins "
-                          f"{str(pinned)[:16]}...: "
-                          f"copy it again, or build it with `python corpus.py archive`")
+    pin, content, ids = archive_pin(manifest or {}), ContentHash(), []
+    if check and not pin:
+        raise CorpusError(f"corpus_manifest.json pins no archive content: run `python corpus.py record --subset "
+                          f"archive --archive {path}` to pin this file")
     try:
-        with lzma.open(path, "rt", encoding="utf-8") as f:
+        with lzma.open(path, "rb") as f:
             for line in f:
+                content.add(line)
                 d = json.loads(line)
+                ids.append(d["id"])
                 yield d["id"], d["split"], d["text"]
-    except (lzma.LZMAError, EOFError, ValueError, KeyError) as e:
-        raise CorpusError(f"corpus archive {path.name} is corrupt ({e}): copy it again") from None
+    except (lzma.LZMAError, EOFError, ValueError, KeyError, TypeError) as e:
+        raise CorpusError(f"corpus archive {path.name} is truncated or corrupt ({type(e).__name__}: {e}) after "
+                          f"{len(ids):,} documents: copy it again") from None
+    if check and (what := archive_difference(content.pin(), pin, ids)):
+        raise CorpusError(f"corpus archive {path.name} is not the archive corpus_manifest.json pins: {what} (content "
+                          f"sha256 {content.sha.hexdigest()[:16]}..., pinned {pin['sha256'][:16]}...; any xz "
+                          f"compression of the pinned lines is accepted): copy the pinned file again, or pin this one "
+                          f"with `python corpus.py record --subset archive --archive {path}`")
 
 
 # ----------------------------------------------------------------------------- checks for prepare_c4.py
@@ -435,15 +489,15 @@ def check_splits(splits: dict, subset: str, manifest: dict):
 
 # ----------------------------------------------------------------------------- measurement
 
-def measure(subset: str, cache: Path, encode, eot: int, manifest: dict | None = None, work: Path | None = None) -> dict:
+def measure(docs: list[tuple[str, str, str]], source_ids: list[str], encode, eot: int) -> dict:
     """Documents, characters, tokens and text sha256 per source and split; the sha256 and token count of each
-    split's token file (uint16 ids, every document followed by eot, as prepare_c4.py writes it)."""
+    split's token file (uint16 ids, every document followed by eot, as prepare_c4.py writes it). docs: a subset's
+    documents (documents()), source_ids: its sources'."""
     import numpy as np
-    manifest = manifest or load_manifest()
-    per_source = {s["id"]: {"train": [0, 0, 0, hashlib.sha256()], "val": [0, 0, 0, hashlib.sha256()], "code": 0}
-                  for s in subset_sources(manifest, subset)}
+    per_source = {sid: {"train": [0, 0, 0, hashlib.sha256()], "val": [0, 0, 0, hashlib.sha256()], "code": 0}
+                  for sid in source_ids}
     splits = {k: [0, 0, hashlib.sha256()] for k in ("train", "val")}
-    for doc_id, split, text in documents(subset, cache, manifest, work=work):
+    for doc_id, split, text in docs:
         ids = np.asarray(list(encode(text)) + [eot], dtype=np.uint16)
         rec = per_source[doc_id.split(":", 1)[0]]
         rec[split][0] += 1

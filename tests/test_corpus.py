@@ -5,7 +5,11 @@ import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
+import re
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -51,154 +55,6 @@ def source(tmp_path, sid, filename, data: bytes, include, fmt="text", **kw):
 PROSE = ("The quick brown fox jumps over the lazy dog while the farmer watches from the porch of the old house. " * 3)
 
 
-# ----------------------------------------------------------------------------- readers
-
-def test_rst_markup_is_stripped_to_its_prose():
-    rst = """\
-Title of the page
-=================
-
-.. _a-target:
-
-A paragraph with a :class:`~django.db.models.Model`, a :doc:`link text </ref/x>`, ``literal``,
-*emphasis*, **strong** and `a link <https://example.com>`_ [#]_ that wraps
-over two lines.
-
-.. code-block:: python
-
-    print("dropped")
-
-.. note:: The argument is prose.
-
-   And so is the body.
-
-Here is an example::
-
-    x = 1  # dropped too
-
->>> 1 + 1
-2
-
-=====  =====
-a      b
-=====  =====
-1      2
-=====  =====
-
-- first item
-- second item
-  continued
-
-.. toctree::
-   :maxdepth: 2
-
-   intro
-After.
-"""
-    assert corpus_text.rst_to_text(rst) == (
-        "Title of the page\n\n"
-        "A paragraph with a Model, a link text, literal, emphasis, strong and a link that wraps over two lines.\n\n"
-        "The argument is prose.\n\nAnd so is the body.\n\n"
-        "Here is an example:\n\n"
-        "- first item\n- second item continued\n\n"
-        "After.")
-
-
-def test_html_is_stripped_to_its_prose():
-    html = ("<html><head><title>t</title><style>p {x}</style></head><body><nav>Menu</nav>"
-            "<h1>Heading &amp; more than five words<a class=headerlink>\u00b6</a></h1><p>One <b>bold</b>\nparagraph "
-            "with <code>inline()</code> code.</p><pre>code()</pre>"
-            "<div>Menu item</div><div>Short but a sentence.</div>"
-            "<script>var x;</script><!-- note --><table><tr><td>cell</td></tr></table><ul><li>an item &eacute; of six words</li>"
-            "<li>name</li></ul>"
-            "</body></html>")
-    assert corpus_text.html_to_text(html) == ("Heading & more than five words\n\nOne bold paragraph with inline() code.\n\n"
-                                         "Short but a sentence.\n\nan item é of six words")
-
-
-def test_gutenberg_header_and_footer_are_cut():
-    text = ("The Project Gutenberg EBook of X\nlicence words\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\n"
-            "Sing, O goddess.\n  The wrath.\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nmore licence\n")
-    assert corpus_text.normalise(corpus_text.plain_to_text(text)) == "Sing, O goddess.\n  The wrath."
-
-
-def test_normalise_nfc_newlines_tabs_controls():
-    assert corpus_text.normalise("Cafe\u0301\r\nline\t end  \r\n\n\n\nx\x00y\u200b\ufeff") == "Café\nline     end\n\nxy"
-
-
-def test_kjv_verses_are_grouped_by_chapter():
-    lines = [{"book": "Ruth", "chapter": c, "verse": v, "text": f"v{c}.{v}"} for c in (1, 2) for v in (1, 2)]
-    docs = corpus_text.member_documents("kjv.jsonl", "\n".join(json.dumps(x) for x in lines).encode(), "kjv_jsonl")
-    assert docs == [("kjv.jsonl#Ruth 1", "Ruth 1\n\n1 v1.1\n2 v1.2"), ("kjv.jsonl#Ruth 2", "Ruth 2\n\n1 v2.1\n2 v2.2")]
-
-
-def test_wordnet_glosses_and_json_chapters():
-    data = ("  1 This software and database is being provided\n"
-            "00005930 03 n 01 dwarf 0 001 @ 00004475 n 0000 | a plant or animal that is atypically small  \n"
-            "00977867 04 n 02 blitz 0 blitz_krieg 0 003 @ 00974725 n 0000 ;c 08215965 n 0000 | a swift offensive; "
-            "\"the blitz\"  \n")
-    assert corpus_text.member_documents("dict/data.noun", data.encode(), "wordnet") == [
-        ("dict/data.noun#0", "dwarf: a plant or animal that is atypically small\n"
-                             "blitz, blitz krieg: a swift offensive; \"the blitz\"")]
-    chapter = json.dumps({"chapter": "1", "title": "Loomings.", "text": "Call me Ishmael."}).encode()
-    assert corpus_text.member_documents("c1.json", chapter, "json_chapter") == [("c1.json", "Loomings.\n\nCall me Ishmael.")]
-
-
-def test_api_descriptions_keep_their_documentation_strings_under_their_names():
-    service = {"version": "2.0", "metadata": {"endpointPrefix": "s3"},
-               "documentation": "<p>Stores <code>objects</code> in buckets.</p>",
-               "operations": {"PutObject": {"http": {"method": "PUT"}, "documentation":
-                                            "<p>Adds an object to a bucket.</p><ul><li><p>Never partial.</p></li></ul>"}},
-               "shapes": {"Key": {"type": "string", "enum": ["a"], "documentation": "<p>The name of the object.</p>"}}}
-    assert corpus_text.member_documents("s3/service-2.json", json.dumps(service).encode(), "json_docs") == [
-        ("s3/service-2.json", "Stores objects in buckets.\n\nPutObject\n\nAdds an object to a bucket.\n\n"
-                              "Never partial.\n\nKey\n\nThe name of the object.")]
-    discovery = {"description": "Manages sites.", "resources": {"sites": {"methods": {"get": {
-        "description": "Gets a site.", "parameters": {"name": {"type": "string", "description": "Required. The site."}}}}}}}
-    assert corpus_text.json_docs(json.dumps(discovery)) == "Manages sites.\n\nget\n\nGets a site.\n\nname\n\nRequired. The site."
-
-
-def test_jsii_assembly_gives_readmes_and_api_summaries_without_examples():
-    readme = ("# Buckets\n\nA [bucket](https://x/y) holds **objects**\nof any size.\n\n```ts\nnew Bucket(this, 'B');\n```\n\n"
-              "Use `grantRead` to share it.")
-    assembly = {"readme": {"markdown": readme},
-                "types": {"lib.Bucket": {"name": "Bucket", "docs": {"summary": "An S3 bucket.", "example": "new Bucket()",
-                                                                   "remarks": "Buckets are\nregional."},
-                                         "properties": [{"name": "bucketName", "docs": {"default": "- generated",
-                                                                                        "summary": "The bucket's name."}}]}}}
-    assert corpus_text.member_documents(".jsii", json.dumps(assembly).encode(), "jsii") == [
-        (".jsii", "Buckets\n\nA bucket holds objects of any size.\n\nUse grantRead to share it.\n\n"
-                  "Bucket\n\nAn S3 bucket.\n\nBuckets are regional.\n\nbucketName\n\nThe bucket's name.")]
-
-
-def test_man_pages_keep_prose_and_drop_synopsis_code_and_macros():
-    page = (".\\\" a comment\n.de XX\n.nf\nmacro body\n..\n.TH QSORT 3 2023\n.SH NAME\nqsort \\- sort an array\n"
-            ".SH SYNOPSIS\n.nf\n.B #include <stdlib.h>\n.fi\n.SH DESCRIPTION\nThe\n.BR qsort ()\nfunction sorts\n"
-            "\\fIbase\\fP in place\\(em quickly.\n.PP\nSee\n.IR \"sort order\" .\n.EX\nqsort(a, n, 4, cmp);\n.EE\n"
-            ".TP\n.B EINVAL\nBad \\[lq]size\\[rq].\n")
-    assert corpus_text.member_documents("man3/qsort.3.gz", gzip.compress(page.encode()), "man") == [
-        ("man3/qsort.3.gz", "NAME\n\nqsort - sort an array\n\nSYNOPSIS\n\nDESCRIPTION\n\nThe qsort() function sorts base in "
-                            "place— quickly.\n\nSee sort order.\n\nEINVAL Bad “size”.")]
-
-
-def test_info_files_lose_node_headers_menus_and_code_but_keep_definitions():
-    info = ("\x1f\nFile: g.info,  Node: Lists,  Next: Pairs,  Up: Top\n\n2.1 Lists\n=========\n\nA list is\nmade of pairs.\n\n"
-            "* Menu:\n\n* Pairs::   Cons cells.\n\n     (define x (list 1 2))\n\n -- Procedure: length lst\n"
-            "     Return the number of elements in LST.\n\n\x1f\nTag Table:\nNode: Top\x7f100\n")
-    assert corpus_text.info_to_text(info) == ("2.1 Lists\n\nA list is made of pairs.\n\n"
-                                              "-- Procedure: length lst Return the number of elements in LST.")
-
-
-def test_dictd_entries_become_paragraphs_without_tags_and_pronunciations():
-    data = ("00-database-info\n     This is GCIDE.\n\n"
-            "Lapidate \\Lap\"i*date\\, v. t. [L. lapidatus, p. p. of lapidare,\n   fr. lapis stone.]\n"
-            "   To stone. [Obs.]\n   [1913 Webster]\n\n"
-            "Lapidation \\Lap`i*da\"tion\\, n.\n   The act of stoning.\n   [PJC]\n")
-    assert corpus_text.member_documents("gcide.dict.dz", data.encode(), "dictd") == [(
-        "gcide.dict.dz", "Lapidate, v. t. [L. lapidatus, p. p. of lapidare, fr. lapis stone.] To stone. [Obs.]\n\n"
-                         "Lapidation, n. The act of stoning.")]
-
-
 # ----------------------------------------------------------------------------- archives
 
 def test_sdist_and_deb_members_come_in_sorted_order(tmp_path):
@@ -222,88 +78,108 @@ def test_zstd_deb_and_truncated_archives_are_one_line_errors_naming_the_source(t
         pinned_corpus.extract_source(src, tmp_path / "z_1_all.deb")
 
 
-# ----------------------------------------------------------------------------- cleaning, split
-
-def test_deduplicate_drops_copies_and_repeated_long_paragraphs():
-    long_a, long_b, long_c = ("Alpha " * 20).strip(), ("Beta " * 20).strip(), ("Gamma " * 40).strip()
-    short = "Examples"
-    docs = [("s:1", f"{long_a}\n\n{short}\n\n{long_b}"),
-            ("s:2", f"{long_a}\n\n{short}\n\n{long_b}"),          # exact copy: dropped
-            ("s:3", f"{long_a}\n\n{long_b}\n\nshort new"),       # mostly copied: dropped
-            ("s:4", f"{long_c}\n\n{short}\n\n{long_a}"),          # long_a repeated: that paragraph goes
-            ("s:5", "tiny")]                                      # under MIN_CHARS
-    assert list(pinned_corpus.deduplicate(iter(docs))) == [docs[0], ("s:4", f"{long_c}\n\n{short}")]
-
-
-@pytest.mark.parametrize("n_files", [10, 11])
-def test_paragraphs_on_most_pages_of_a_source_are_boilerplate(n_files):
-    texts = [(f"p{i}", f"Navigation\n\nPage {i} says {i * 'x'}.\n\nNext") for i in range(n_files)]
-    texts[0] = ("p0", "Only this.")
-    cleaned = pinned_corpus.drop_boilerplate(texts)
-    if n_files - 1 < pinned_corpus.BOILER_MIN:   # "Navigation" in 9 files: kept
-        assert cleaned == texts
-    else:   # in 10 of 11 files: dropped
-        assert cleaned == [("p0", "Only this.")] + [(f"p{i}", f"Page {i} says {i * 'x'}.") for i in range(1, n_files)]
-
-
-def test_split_is_by_the_first_byte_of_the_texts_sha256():
-    texts = [f"document number {i}" for i in range(4000)]
-    val = [t for t in texts if pinned_corpus.split_of(t) == "val"]
-    assert val == [t for t in texts if hashlib.sha256(t.encode()).digest()[0] < 10]
-    assert 0.03 < len(val) / len(texts) < 0.05
-
-
-def test_long_texts_are_cut_between_paragraphs(monkeypatch):
-    monkeypatch.setattr(pinned_corpus, "MAX_CHARS", 10)
-    assert pinned_corpus.pieces("aaaa\n\nbbbb\n\ncccccccccccccc\n\nd") == ["aaaa\n\nbbbb", "cccccccccccccc", "d"]
-
-
 def test_documents_of_a_two_source_corpus(tmp_path):
     a = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({"a-1/z.rst": f"Z\n=\n\n{PROSE}".encode(),
                                                      "a-1/y.rst": f"Y\n\n{PROSE}\n\nmore words".encode(),
                                                      "a-1/skip.py": PROSE.encode()}), ["a-1/*.rst"], "rst")
     b = source(tmp_path, "b", "b_1_all.deb", deb_bytes({"./usr/share/doc/b/x.html": f"<p>{PROSE}</p>".encode()}),
                ["usr/share/doc/*.html"], "html", registry="debian")
-    docs = list(pinned_corpus.documents(sources=[a, b], cache=tmp_path, manifest={"sources": [a, b]}))
-    # y.rst before z.rst (sorted); z.rst keeps "Z" and drops PROSE as a repeat; b's page is a copy of PROSE
+    docs = pinned_corpus.documents(sources=[a, b], cache=tmp_path, manifest={"sources": [a, b]}, count=len)
+    # y.rst before z.rst (sorted); z.rst keeps "Z" and drops PROSE as a repeat; b's page is a copy of PROSE; y.rst
+    # is its source's one unit, and half of it is more than 4% of the source: train
     y = f"Y\n\n{PROSE.strip()}\n\nmore words"
-    assert [(i, t) for i, _, t in docs] == [("a:a-1/y.rst", y)]
-    assert docs[0][1] == pinned_corpus.split_of(y)
+    assert docs == [("a:a-1/y.rst", "train", y)]
+
+
+def prose(seed: int, words: int = 60) -> str:
+    """A sentence of distinct made-up words (letters only) that no other seed's shares."""
+    return " ".join("".join(chr(97 + b % 26) for b in hashlib.sha256(f"{seed}-{k}".encode()).digest()[:6])
+                    for k in range(words)) + "."
 
 
 def two_sources(tmp_path):
-    texts = {f"a-1/{i:02d}.txt": f"Text number {i}. {PROSE} " * (i + 1) for i in range(30)}  # 2 of them go to val
+    texts = {f"a-1/{i:02d}.txt": f"Text {chr(65 + i)}. {prose(i)}" for i in range(30)}   # one of them goes to val
     a = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({k: v.encode() for k, v in texts.items()}), ["a-1/*"])
-    b = source(tmp_path, "b", "b-1.tar.gz", tar_bytes({"b/x.txt": ("Other words entirely. " * 20).encode()}), ["b/*"],
-               subset="full")
+    b = source(tmp_path, "b", "b-1.tar.gz", tar_bytes({"b/x.txt": prose(99, 200).encode()}), ["b/*"], subset="full")
     return {"sources": [a, b]}
 
 
-def test_archive_holds_the_first_documents_by_hash_and_is_checked(tmp_path, monkeypatch):
+def test_a_two_source_corpus_is_split_by_file_and_val_comes_last(tmp_path):
     manifest = two_sources(tmp_path)
-    full = list(pinned_corpus.documents("full", tmp_path, manifest))
-    by_hash = sorted(full, key=lambda d: hashlib.sha256(d[2].encode()).digest())
-    budget = sum(len(d[2]) for d in by_hash[:5])
-    monkeypatch.setattr(pinned_corpus, "ARCHIVE_CHARS", budget)
-    assert list(pinned_corpus.documents("archive", tmp_path, manifest)) == by_hash[:5]
-    info = pinned_corpus.write_archive(tmp_path / "c.jsonl.xz", tmp_path, manifest)
-    assert info["sha256"] == hashlib.sha256((tmp_path / "c.jsonl.xz").read_bytes()).hexdigest()
+    docs = pinned_corpus.documents("full", tmp_path, manifest, count=len)
+    val = [d for d in docs if d[1] == "val"]
+    # a: 30 files of ~430 characters, 4% of them is 516: one file (the first by sha256 of its unit name); b: one file
+    first = min((f"a:a-1/{i:02d}.txt" for i in range(30)), key=lambda u: hashlib.sha256(u.encode()).digest())
+    assert [d[0] for d in val] == [first] and docs[-1] == val[0] and len(docs) == 31
+
+
+def test_the_archive_is_checked_by_its_content_and_names_the_first_document_that_differs(tmp_path, monkeypatch):
+    manifest = two_sources(tmp_path)
+    full = pinned_corpus.documents("full", tmp_path, manifest, count=len)
+    train_by_hash = sorted((d for d in full if d[1] == "train"), key=lambda d: hashlib.sha256(d[2].encode()).digest())
+    val = [d for d in full if d[1] == "val"]
+    monkeypatch.setattr(pinned_corpus, "ARCHIVE_CHARS", sum(len(d[2]) for d in val + train_by_hash[:5]))
+    docs = pinned_corpus.archive_documents(full)
+    assert docs == val + train_by_hash[:5]   # all of val, then train by hash up to the cap
+    path = tmp_path / "c.jsonl.xz"
+    info = pinned_corpus.write_archive(path, docs)
+    lines = b"".join(json.dumps({"id": i, "split": s, "text": t}, ensure_ascii=False).encode() + b"\n" for i, s, t in docs)
+    assert lzma.decompress(path.read_bytes()) == lines
+    assert info["content"]["sha256"] == hashlib.sha256(lines).hexdigest() and info["content"]["documents"] == 6
     manifest["archive"] = info
-    assert list(pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "c.jsonl.xz")) == by_hash[:5]
-    with pytest.raises(CorpusError, match=r"c.jsonl.xz exists: pass another --out"):
-        pinned_corpus.write_archive(tmp_path / "c.jsonl.xz", tmp_path, manifest)
-    data = (tmp_path / "c.jsonl.xz").read_bytes()
+    assert pinned_corpus.documents("archive", manifest=manifest, archive=path) == docs
+    # another compression of the same lines (preset 1, CRC32 check; xz -T2 where xz is installed) is accepted
+    (tmp_path / "other.jsonl.xz").write_bytes(lzma.compress(lines, preset=1, check=lzma.CHECK_CRC32))
+    assert pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "other.jsonl.xz") == docs
+    if shutil.which("xz"):
+        with open(tmp_path / "t2.jsonl.xz", "wb") as f:
+            subprocess.run(["xz", "-T2", "-c"], input=lines, stdout=f, check=True)
+        assert pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "t2.jsonl.xz") == docs
+    # one edited document: refused in one line naming it (the third), with what to do
+    edited = lines.replace(docs[2][2].encode(), docs[2][2].replace("Text", "Test").encode())
+    (tmp_path / "e.jsonl.xz").write_bytes(lzma.compress(edited))
+    with pytest.raises(CorpusError, match=rf"^corpus archive e.jsonl.xz is not the archive corpus_manifest.json pins: "
+                                          rf"document 3 \({re.escape(docs[2][0])}\) differs .*copy the pinned file again"):
+        pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "e.jsonl.xz")
+    (tmp_path / "short.jsonl.xz").write_bytes(lzma.compress(lines[:lines.rindex(b"{")]))
+    with pytest.raises(CorpusError, match=r"it holds 5 documents, the pinned archive 6"):
+        pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "short.jsonl.xz")
+    data = path.read_bytes()
     (tmp_path / "cut.jsonl.xz").write_bytes(data[:len(data) // 2])
-    with pytest.raises(CorpusError, match=r"^corpus archive cut.jsonl.xz has sha256 .*copy it again"):
-        list(pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "cut.jsonl.xz"))
-    manifest["archive"]["sha256"] = hashlib.sha256((tmp_path / "cut.jsonl.xz").read_bytes()).hexdigest()
-    with pytest.raises(CorpusError, match=r"^corpus archive cut.jsonl.xz is corrupt"):
-        list(pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "cut.jsonl.xz"))
+    with pytest.raises(CorpusError, match=r"^corpus archive cut.jsonl.xz is truncated or corrupt .*copy it again"):
+        pinned_corpus.documents("archive", manifest=manifest, archive=tmp_path / "cut.jsonl.xz")
+    with pytest.raises(CorpusError, match=r"c.jsonl.xz exists: pass another --out"):
+        pinned_corpus.write_archive(path, docs)
+
+    def failing():   # an error while writing (here: the documents run out) leaves no temporary file
+        yield docs[0]
+        raise CorpusError("source b: gone")
+    with pytest.raises(CorpusError, match="gone"):
+        pinned_corpus.write_archive(tmp_path / "new" / "n.jsonl.xz", failing())
+    assert list((tmp_path / "new").iterdir()) == []
+
+
+def test_the_archive_command_never_edits_the_manifest_and_record_says_what_changed(tmp_path, monkeypatch, capsys):
+    import corpus
+    manifest = two_sources(tmp_path)
+    written = []
+    monkeypatch.setattr(pinned_corpus, "load_manifest", lambda path=None: json.loads(json.dumps(manifest)))
+    monkeypatch.setattr(pinned_corpus, "write_manifest", lambda m, path=None: written.append(m))
+    monkeypatch.setattr(pinned_corpus, "gpt2_count", lambda cache, manifest: len)
+    corpus.main(["archive", "--out", str(tmp_path / "a.jsonl.xz"), "--cache", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert written == [] and "it is not the archive corpus_manifest.json pins (nothing is pinned)" in out
+    assert f"to pin this one, run python corpus.py record --subset archive --archive {tmp_path / 'a.jsonl.xz'}" in out
+    monkeypatch.setattr(corpus, "gpt2", lambda: (lambda t: [ord(c) % 50000 for c in t], 50256))
+    corpus.main(["record", "--subset", "archive", "--archive", str(tmp_path / "a.jsonl.xz")])
+    out = capsys.readouterr().out
+    assert len(written) == 1 and written[0]["archive"]["content"]["documents"] == 31
+    assert "corpus_manifest.json: a new entry; archive content: 0 -> 31 documents" in out
 
 
 def test_a_source_whose_text_changed_is_named_before_tokenising(tmp_path):
     manifest = two_sources(tmp_path)
-    docs = list(pinned_corpus.documents("full", tmp_path, manifest))
+    docs = pinned_corpus.documents("full", tmp_path, manifest, count=len)
     hashes = {sid: {split: hashlib.sha256(b"".join(t.encode() + b"\0" for i, s, t in docs
                                                   if i.startswith(sid + ":") and s == split)).hexdigest()
                     for split in ("train", "val")} for sid in ("a", "b")}
@@ -408,7 +284,9 @@ def test_cpu_subset_matches_the_manifest(tmp_path):
     from tokenizer import load_tokenizer
     tok = load_tokenizer("gpt2")
     manifest = pinned_corpus.load_manifest()
-    stats = pinned_corpus.measure("cpu", cache, tok.encode, tok.eot_token, manifest, work=tmp_path)  # extracted afresh
+    docs = pinned_corpus.documents("cpu", cache, manifest, work=tmp_path)   # extracted afresh
+    stats = pinned_corpus.measure(docs, [s["id"] for s in pinned_corpus.subset_sources(manifest, "cpu")], tok.encode,
+                                  tok.eot_token)
     assert stats == manifest["subsets"]["cpu"]
 
 
@@ -431,7 +309,8 @@ def test_prepare_pinned_writes_the_manifests_token_files_and_names_a_changed_sou
     from tokenizer import load_tokenizer
     manifest = two_sources(tmp_path)
     tok = load_tokenizer("gpt2")
-    manifest["subsets"] = {"full": pinned_corpus.measure("full", tmp_path, tok.encode, tok.eot_token, manifest)}
+    docs = pinned_corpus.documents("full", tmp_path, manifest)
+    manifest["subsets"] = {"full": pinned_corpus.measure(docs, ["a", "b"], tok.encode, tok.eot_token)}
     monkeypatch.setattr(pinned_corpus, "load_manifest", lambda path=None: manifest)
     monkeypatch.setenv("CORPUS_CACHE", str(tmp_path))
     prepare_c4.main(["--source", "pinned", "--subset", "full", "--out_dir", str(tmp_path / "out"), "--num_proc", "1"])
