@@ -19,6 +19,7 @@ from pathlib import Path
 
 import corpus_audit
 import pinned_corpus
+from fileio import PrepareError, disk_full, disk_full_text
 from pinned_corpus import ARCHIVE_FILE, CorpusError
 
 MAIN_EVAL_TOKENS = 65_536  # config/main.py's eval_tokens: the main job evaluates the first this many tokens of val.bin
@@ -147,8 +148,11 @@ def main(argv=None):
             encode, eot = gpt2()
             docs = subset_documents(args, cache, manifest)
             print(report(pinned_corpus.measure(docs, source_ids(docs, manifest, args.subset), encode, eot)))
-    except CorpusError as e:
+    except (CorpusError, PrepareError) as e:
         sys.exit(f"error: {e}")
+    except OSError as e:
+        sys.exit(f"error: {disk_full_text(e.filename or '.')}" if disk_full(e) else
+                 f"error: {e.filename}: {e.strerror}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import numpy as np
 
 import pinned_corpus
 import provenance
-from fileio import PrepareError, Progress, file_sha256, read_json, write_json
+from fileio import PrepareError, Progress, file_sha256, lock_folder, read_json, release_lock, write_json
 from sources import (MIN_DOC_CHARS, VAL_PERCENT, bigram_backcopy_documents, c4_texts, find_c4_shards,
                      docstring_documents, docstring_splits, wikitext_files, wikitext_texts)
 from tokenizer import Tokenizer, encode_stream, gpt2_ranks_file, load_tokenizer
@@ -84,9 +84,8 @@ def prepare_command(args: dict, out_dir) -> str | None:
     elif source in ("installed_docstrings", "offline"):   # "offline": its name before 2026-11-26
         cmd += ["--source", "installed_docstrings", "--tokenizer", args["tokenizer"]]
         cmd += [x for k in ("max_docs", "train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
-    elif source == "pinned":   # the archive subset's file is not recorded (no paths in meta.json)
+    elif source == "pinned":   # the archive subset's file is not recorded (no paths): data/ARCHIVE_FILE is the default
         cmd += ["--source", "pinned", "--subset", args["subset"]]
-        cmd += ["--corpus_archive", pinned_corpus.ARCHIVE_FILE] if args["subset"] == "archive" else []
         cmd += ["--tokenizer", args["tokenizer"]] if args.get("tokenizer", "gpt2") != "gpt2" else []
     elif source == "wikitext2":
         cmd += ["--source", "wikitext2"] + (["--wikitext_dir", args["wikitext_dir"]] if args.get("wikitext_dir") else [])
@@ -182,6 +181,19 @@ def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, 
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PrepareError(f"cannot create --out_dir {out} ({e.strerror}: {e.filename}); choose another --out_dir") from None
+    try:   # one preparation per folder at a time: a second one would rename the first one's files away
+        lock = lock_folder(out, wait=False)
+    except BlockingIOError:
+        raise PrepareError(f"{out} is being prepared by another process: wait for it to end, then run the same "
+                           f"command again (or choose another --out_dir)") from None
+    try:
+        return prepare_locked(out, tok, args, source, description, stand_in, split_texts, limits, num_proc, force)
+    finally:
+        release_lock(lock)
+
+
+def prepare_locked(out: Path, tok: Tokenizer, args: dict, source: str, description: str, stand_in: bool,
+                   split_texts: Callable[[str], Iterable[str]], limits: dict, num_proc: int, force: bool) -> Path:
     args = json.loads(json.dumps(args))
     meta_path, progress_path = out / "meta.json", out / ".progress.json"
     old, progress = read_json(meta_path), read_json(progress_path)

@@ -106,3 +106,38 @@ def disk_full_text(path) -> str:
     """The one line a script prints when a write into path found the disk full."""
     folder = os.path.dirname(os.path.abspath(path))
     return f"the disk holding {folder} is full (writing {path} failed); free some space, then run the same command again"
+
+
+REPO = Path(__file__).resolve().parent
+
+
+def corpus_cache() -> Path:
+    """The pinned corpus's artifact folder (GPT-2's ranks among them): $CORPUS_CACHE, else data/corpus_cache in the
+    working directory when there is one, else the repository's data/corpus_cache, so that a script run from
+    another folder finds what `python corpus.py fetch` put in the repository."""
+    if os.environ.get("CORPUS_CACHE"):
+        return Path(os.environ["CORPUS_CACHE"])
+    here = Path("data", "corpus_cache")
+    return here if here.is_dir() else REPO / "data" / "corpus_cache"
+
+
+def lock_folder(folder, wait: bool):
+    """An exclusive lock on the folder itself (no file is written into it), held until release_lock or the end of
+    the process (the kernel frees it however the process ends). wait=False: BlockingIOError when another process
+    holds it. Returns the file descriptor, or None where there are no such locks (no fcntl: Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        os.close(fd)
+        raise BlockingIOError(f"{folder} is locked by another process") from None
+    return fd
+
+
+def release_lock(fd):
+    if fd is not None:
+        os.close(fd)

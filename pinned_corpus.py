@@ -20,6 +20,7 @@ lines, and a 4-byte sha256 prefix per line, which names the first document that 
 bytes, so any faithful recompression is accepted.
 """
 import base64
+import errno
 import fnmatch
 import hashlib
 import io
@@ -38,7 +39,7 @@ from typing import Iterator
 import corpus_clean
 from corpus_clean import BOILER_MIN, BOILER_SHARE, MAX_CHARS, MIN_CHARS, drop_boilerplate, pieces
 from corpus_text import UnknownFormat, attach_names, code_like, member_documents, normalise
-from fileio import file_sha256
+from fileio import corpus_cache, disk_full, file_sha256, lock_folder, release_lock
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
 EXTRACT_VERSION = 6  # bump when extraction or cleaning changes: cached extractions of another version are redone
@@ -55,7 +56,33 @@ class CorpusError(Exception):
 # ----------------------------------------------------------------------------- fetching
 
 def default_cache() -> Path:
-    return Path(os.environ.get("CORPUS_CACHE") or "data/corpus_cache")
+    """$CORPUS_CACHE, else data/corpus_cache here, else the repository's (fileio.corpus_cache)."""
+    return corpus_cache()
+
+
+def write_problem(path: Path, e: OSError) -> str:
+    """What to do about a failed write into the cache: a full disk, a read-only or unwritable folder, other."""
+    if disk_full(e):
+        return "free disk space"
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"{path.parent} cannot be written ({e.strerror}): pass a writable --cache (or CORPUS_CACHE)"
+    return f"{e.strerror}: pass another --cache (or CORPUS_CACHE)"
+
+
+def check_cache(cache: Path):
+    """The cache is a folder, or a path where one can be made: not a file, and not under one."""
+    for folder in (cache, *cache.parents):
+        if folder.exists() and not folder.is_dir():
+            raise CorpusError(f"the corpus cache {cache} cannot be a folder: {folder} is a file; pass another "
+                              f"--cache (or CORPUS_CACHE)")
+
+
+def remove_quietly(path: Path):
+    """Remove a temporary file this process wrote, if it can (on a read-only folder there is none to remove)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 ARCHIVE_FILE = "corpus-archive.jsonl.xz"  # what `corpus.py archive` writes; a GPU machine is handed it in data/
@@ -103,26 +130,34 @@ def artifact_url(src: dict) -> str:
 def fetch(src: dict, cache: Path) -> Path:
     """The artifact of `src` in `cache`, downloaded if missing; its sha256 is checked either way. A download goes
     to a temporary name and is renamed only when complete and verified, so a partial file is never used."""
+    check_cache(cache)
     path = cache / src["filename"]
+    if path.exists() and not path.is_file():
+        raise CorpusError(f"source {src['id']}: {path} is a folder, not the artifact {src['filename']}: move it away "
+                          f"(or pass another --cache)")
     if path.exists():
         check_artifact(src, path)
         return path
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")   # one per process: two fetches do not collide
     try:
-        url = artifact_url(src)
-        with urllib.request.urlopen(url, timeout=120) as r, open(tmp, "wb") as f:
-            while block := r.read(1 << 20):
-                f.write(block)
+        cache.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            url = artifact_url(src)
+            with urllib.request.urlopen(url, timeout=120) as r:
+                while block := r.read(1 << 20):
+                    f.write(block)
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-        tmp.unlink(missing_ok=True)
+        remove_quietly(tmp)
         reason = getattr(e, "reason", e)
         raise CorpusError(f"source {src['id']}: cannot download {src['filename']} ({reason}): check the network, "
                           f"or put the file (sha256 {src['sha256'][:16]}...) into {cache}/") from None
     except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise CorpusError(f"source {src['id']}: cannot write {tmp} ({e.strerror}): free disk space or pass "
-                          f"another --cache") from None
+        remove_quietly(tmp)
+        raise CorpusError(f"source {src['id']}: cannot write {src['filename']} into {cache} "
+                          f"({write_problem(tmp, e)}), or put the file (sha256 {src['sha256'][:16]}...) there") from None
+    except BaseException:
+        remove_quietly(tmp)
+        raise
     sha = file_sha256(tmp)
     if sha != src["sha256"]:
         tmp.unlink()
@@ -144,8 +179,11 @@ def gpt2_ranks(cache: Path, manifest: dict | None = None) -> Path:
     "tokenizer"; fetched if missing) and checked against its sha256."""
     tok = (manifest or load_manifest())["tokenizer"]
     out = cache / "gpt2.tiktoken"
-    if out.exists() and file_sha256(out) == tok["member_sha256"]:
+    if out.is_file() and file_sha256(out) == tok["member_sha256"]:
         return out
+    if out.exists():   # not ours to replace
+        raise CorpusError(f"{out} is not GPT-2's ranks file (sha256 {tok['member_sha256'][:16]}...): move it away, "
+                          f"or pass another --cache (or CORPUS_CACHE)")
     path = fetch(tok, cache)
     try:
         data = dict(archive_files(path, lambda name: name == tok["member"])).get(tok["member"])
@@ -155,9 +193,13 @@ def gpt2_ranks(cache: Path, manifest: dict | None = None) -> Path:
     if data is None or hashlib.sha256(data).hexdigest() != tok["member_sha256"]:
         raise CorpusError(f"source {tok['id']}: {path.name} does not hold {tok['member']} with sha256 "
                           f"{tok['member_sha256'][:16]}...")
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, out)
+    except OSError as e:
+        remove_quietly(tmp)
+        raise CorpusError(f"source {tok['id']}: cannot write {out} ({write_problem(out, e)})") from None
     return out
 
 
@@ -267,8 +309,27 @@ def read_extraction(path: Path, key: dict) -> list[tuple[str, str]] | None:
 
 def extracted(src: dict, cache: Path, work: Path | None = None) -> list[tuple[str, str]]:
     """extract_source, cached in WORK/ID.jsonl (default CACHE/extracted; keyed by artifact sha256 and
-    EXTRACT_VERSION; checked by its document count and sha256, and extracted again when it fails them)."""
-    out = Path(work or cache / "extracted") / f"{src['id']}.jsonl"
+    EXTRACT_VERSION; checked by its document count and sha256, and extracted again when it fails them). Two
+    processes sharing the cache take turns on a source (a lock on WORK), so the second reads what the first
+    wrote; a cache that cannot be written (a read-only mount of the artifacts) is read, and used without caching."""
+    folder = Path(work or cache / "extracted")
+    out = folder / f"{src['id']}.jsonl"
+    for path, what in ((folder, "a folder"), (out, "a file")):
+        if path.exists() and path.is_dir() != (what == "a folder"):
+            raise CorpusError(f"source {src['id']}: {path} should be {what} of cached extractions: move it away "
+                              f"(or pass another --cache)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = lock_folder(folder, wait=True)
+    except OSError:
+        lock = None   # no such folder can be made (a read-only cache): extracted below without a cache
+    try:
+        return cached_extraction(src, cache, out)
+    finally:
+        release_lock(lock)
+
+
+def cached_extraction(src: dict, cache: Path, out: Path) -> list[tuple[str, str]]:
     key = extraction_key(src)
     if out.is_file():
         try:
@@ -281,15 +342,17 @@ def extracted(src: dict, cache: Path, work: Path | None = None) -> list[tuple[st
     docs = extract_source(src, fetch(src, cache))
     body = "".join(json.dumps(doc, ensure_ascii=False) + "\n" for doc in docs).encode("utf-8")
     header = {"key": key, "documents": len(docs), "sha256": hashlib.sha256(body).hexdigest()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(json.dumps(header).encode() + b"\n" + body)
         os.replace(tmp, out)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise CorpusError(f"source {src['id']}: cannot write {out} ({e.strerror}): free disk space") from None
+        remove_quietly(tmp)
+        if disk_full(e):
+            raise CorpusError(f"source {src['id']}: cannot write {out} ({e.strerror}): free disk space") from None
+        print(f"warning: cannot cache the extraction of {src['id']} in {out.parent} ({e.strerror}): going on "
+              f"without", file=sys.stderr)
     return docs
 
 
@@ -318,6 +381,7 @@ def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | N
                               f"into data/, or pass --corpus_archive FILE")
         return list(read_archive(Path(path), manifest))
     cache = Path(cache or default_cache())
+    check_cache(cache)
     srcs = sources if sources is not None else subset_sources(manifest, subset)
     docs = list(corpus_clean.deduplicate(doc for src in srcs for doc in extracted(src, cache, work)))
     grams = [corpus_clean.gram_hashes(text) for _, text in docs]

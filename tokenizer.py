@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from fileio import PrepareError
+from fileio import PrepareError, corpus_cache
 
 
 CHUNK_DOCS = 512  # documents per tokenisation task
@@ -79,8 +79,9 @@ def gpt2_cached() -> bool:
 
 def gpt2_ranks_file() -> str | None:
     """A local copy of GPT-2's BPE ranks (tiktoken's r50k_base file, sha256 R50K_SHA256): $GPT2_TIKTOKEN, else the
-    pinned copy that `python corpus.py fetch` extracts from the openai-whisper sdist ($CORPUS_CACHE, else
-    data/corpus_cache, /gpt2.tiktoken), else tiktoken's cached download of r50k_base. None when there is none.
+    pinned copy that `python corpus.py fetch` extracts from the openai-whisper sdist (fileio.corpus_cache():
+    $CORPUS_CACHE, else data/corpus_cache here or in the repository; /gpt2.tiktoken), else tiktoken's cached download
+    of r50k_base. None when there is none.
     A $GPT2_TIKTOKEN that is not that file is an error."""
     env = os.environ.get("GPT2_TIKTOKEN")
     if env:
@@ -91,7 +92,7 @@ def gpt2_ranks_file() -> str | None:
             raise PrepareError(f"GPT2_TIKTOKEN={env} has sha256 {sha[:12]}..., not GPT-2's BPE ranks "
                                f"(r50k_base, {R50K_SHA256[:12]}...): point it at gpt2.tiktoken / r50k_base.tiktoken")
         return env
-    pinned = os.path.join(os.environ.get("CORPUS_CACHE") or os.path.join("data", "corpus_cache"), "gpt2.tiktoken")
+    pinned = str(corpus_cache() / "gpt2.tiktoken")
     cached = os.path.join(tiktoken_cache_dir(), hashlib.sha1(R50K_URL.encode()).hexdigest())
     for path in (pinned, cached):
         if os.path.isfile(path) and hashlib.sha256(Path(path).read_bytes()).hexdigest() == R50K_SHA256:

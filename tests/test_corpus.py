@@ -236,7 +236,7 @@ def test_full_disk_while_caching_an_extraction_is_one_line(tmp_path, monkeypatch
     monkeypatch.setattr(pinned_corpus, "open", full, raising=False)
     with pytest.raises(CorpusError, match=r"^source a: cannot write .* \(No space left on device\): free disk space"):
         pinned_corpus.extracted(src, tmp_path)
-    assert sorted(p.name for p in (tmp_path / "extracted").iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "extracted").iterdir()) == []   # no partial file
 
 
 def test_a_killed_run_resumes_without_redoing_finished_sources(tmp_path, monkeypatch):

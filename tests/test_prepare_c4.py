@@ -436,8 +436,7 @@ def test_prepare_command_for_the_pinned_corpus():
     pinned = {"source": "pinned", "subset": "cpu", "manifest_sha256": "x", "tokenizer": "gpt2", "tokenizer_sha256": "y"}
     assert dataset.prepare_command(pinned, "d") == "python prepare_c4.py --source pinned --subset cpu --out_dir d"
     assert dataset.prepare_command(dict(pinned, subset="archive", tokenizer="hf:m.gguf"), "d") == (
-        "python prepare_c4.py --source pinned --subset archive --corpus_archive corpus-archive.jsonl.xz "
-        "--tokenizer hf:m.gguf --out_dir d")
+        "python prepare_c4.py --source pinned --subset archive --tokenizer hf:m.gguf --out_dir d")
 
 
 def test_out_dir_that_is_a_file_is_refused_in_one_line(tmp_path, capsys):
