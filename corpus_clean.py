@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-MAX_CHARS = 16_000  # longer texts (plays, long guides, speeches) become several documents
+MAX_CHARS = 8_000  # longer texts become several documents (about 2,000 GPT-2 tokens: more than any context here)
 MIN_CHARS = 200  # shorter documents are mostly headings, stubs and index pages
 MIN_PARA_CHARS = 80  # a repeated paragraph this long is boilerplate or a copy; shorter ones ("Examples") may repeat
 SEEN_SHARE = 0.5  # a document with more than this share of its characters in paragraphs seen before is a copy
@@ -32,6 +32,7 @@ BOILER_SHARE, BOILER_MIN = 0.2, 10  # a paragraph in >= 20% (and >= 10) of a sou
 NEAR_SHARE = 0.5  # a document with more than this share of its word 13-grams seen before is a near duplicate
 VAL_SHARE = 0.04  # val takes about this share of each source's characters
 LEAK_MAX = 0.02  # a unit with more than this share of its 13-grams in any other unit stays in train
+LOOK = 4  # val_order chooses among each source's next LOOK documents
 COLLECTIONS = {"dictd", "jsii", "wordnet"}  # formats whose file is many independent entries: a document is a unit
 GRAM = 13  # words per n-gram: long enough that a shared 13-gram is a copy, not a common phrase
 WORD = re.compile(r"[^\W\d_]+")  # a run of letters (any script); digits and underscores split words
@@ -201,16 +202,32 @@ def choose_val(units: list[tuple[str, str, int]], eligible: set[str]) -> set[str
 
 
 def val_order(val: list[tuple[str, str]], sizes: list[int], weight: dict[str, float]) -> list[int]:
-    """The order of the val documents (source, text) with `sizes` (tokens): each source's documents in sha256(text)
-    order, the sources interleaved so that any prefix holds each in proportion to `weight` (its share of train): a
-    document is placed where the middle of it falls in its source's quota."""
-    total = sum(weight[sid] for sid in {s for s, _ in val}) or 1.0
-    done, keys = Counter(), []
+    """The order of the val documents (source, text) with `sizes` (tokens): each next document is, among the next
+    LOOK documents of every source in sha256(text) order, the one that leaves the largest gap between a source's
+    share of the documents placed so far and its share of train (`weight`, normalised) smallest. So every prefix
+    holds each source nearly in proportion; a source whose documents are large next to its share comes in once the
+    prefix is long enough to hold one."""
+    sources = sorted({s for s, _ in val})
+    col = {s: k for k, s in enumerate(sources)}
+    w = np.array([weight[s] for s in sources], dtype=np.float64)
+    w /= w.sum()
+    queues: dict[str, list[int]] = {s: [] for s in sources}
     for i in sorted(range(len(val)), key=lambda i: (val[i][0], hashlib.sha256(val[i][1].encode()).digest())):
-        sid = val[i][0]
-        keys.append(((done[sid] + sizes[i] / 2) / (weight[sid] / total), sid, i))
-        done[sid] += sizes[i]
-    return [i for *_, i in sorted(keys)]
+        queues[val[i][0]].append(i)
+    have, total, order = np.zeros(len(sources)), 0.0, []
+    while len(order) < len(val):
+        cand = [(s, j) for s in sources for j in range(min(LOOK, len(queues[s])))]
+        rows = np.arange(len(cand))
+        size = np.array([sizes[queues[s][j]] for s, j in cand], dtype=np.float64)
+        after = total + size
+        gap = have[None, :] - w[None, :] * after[:, None]   # tokens over (+) or under (-) each share
+        gap[rows, [col[s] for s, _ in cand]] += size
+        k = int(np.argmin(np.abs(gap).max(axis=1) / after))   # the first of equals: sources in sorted order
+        s, j = cand[k]
+        order.append(queues[s].pop(j))
+        have[col[s]] += size[k]
+        total += size[k]
+    return order
 
 
 def split(docs: list[tuple[str, str]], grams: list[np.ndarray], formats: dict[str, str],

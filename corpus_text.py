@@ -255,6 +255,8 @@ def html_to_text(text: str) -> str:
     text = HTML_DROP.sub(" ", text)
     text = HTML_BLOCK.sub("\n\n", text)
     text = math_to_text(unescape(HTML_TAG.sub("", text)).replace("\u00b6", ""))  # Sphinx's ¶ links to each heading
+    # reStructuredText that reached the page unrendered (an unknown role, a literal in a docstring)
+    text = RST_LITERAL.sub(lambda m: m.group(1), RST_ROLE.sub(rst_role_text, text))
     paras = (" ".join(p.split()) for p in re.split(r"\n\s*\n", text))
     # generated pages hold menus, tables of contents and lists of names between their sentences: a paragraph
     # of fewer than HTML_MIN_WORDS words that does not end a sentence is one of those

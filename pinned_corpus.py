@@ -321,12 +321,19 @@ def extracted(src: dict, cache: Path, work: Path | None = None) -> list[tuple[st
     try:
         folder.mkdir(parents=True, exist_ok=True)
         lock = lock_folder(folder, wait=True)
-    except OSError:
-        lock = None   # no such folder can be made (a read-only cache): extracted below without a cache
+    except OSError as e:   # a read-only cache: extracted without caching
+        if folder not in _uncached:
+            print(f"warning: cannot cache extractions in {folder} ({e.strerror}): extracting without a cache",
+                  file=sys.stderr)
+            _uncached.add(folder)
+        return extract_source(src, fetch(src, cache))
     try:
         return cached_extraction(src, cache, out)
     finally:
         release_lock(lock)
+
+
+_uncached: set[Path] = set()
 
 
 def cached_extraction(src: dict, cache: Path, out: Path) -> list[tuple[str, str]]:

@@ -389,3 +389,25 @@ def test_find_archive_prefers_data_then_the_folder_itself(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "corpus-archive.jsonl.xz").write_bytes(b"y")
     assert pinned_corpus.find_archive(tmp_path) == str(tmp_path / "data" / "corpus-archive.jsonl.xz")
+
+
+def test_the_markdown_table_and_the_record_changes_of_a_subset():
+    import corpus
+    rec = lambda docs, chars, tokens, h: {"documents": docs, "chars": chars, "tokens": tokens, "text_sha256": h}
+    stats = {"sources": {"a": {"train": rec(3, 900, 200, "x"), "val": rec(1, 100, 20, "y"), "code_share": 0.1},
+                         "b": {"train": rec(1, 1000, 300, "z"), "val": rec(0, 0, 0, "w"), "code_share": 0.0}},
+             "splits": {"train": {"documents": 4, "tokens": 504, "sha256": "1" * 64},
+                        "val": {"documents": 1, "tokens": 21, "sha256": "2" * 64}}}
+    manifest = {"sources": [{"id": "a", "what": "A's manual", "registry": "pypi", "name": "a", "version": "1",
+                             "licence": "MIT", "size": 2**20, "subset": "cpu"},
+                            {"id": "b", "what": "B's book", "registry": "debian", "name": "b-doc", "version": "2-1",
+                             "licence": "GPL-2+", "size": 2**21, "subset": "full"}]}
+    assert corpus.markdown(stats, manifest, "full") == (
+        "| b: B's book | debian `b-doc` 2-1 | GPL-2+ | 1 | 300 | 0.0% |\n"
+        "| **full corpus** | 2 artifacts, 3.0 MiB | | 5 | **520** | 5.0% |")   # code: 0.1 * 1000 of 2000 characters
+    old = json.loads(json.dumps(stats))
+    stats["sources"]["a"]["val"]["text_sha256"] = "other"
+    stats["splits"]["val"] = {"documents": 1, "tokens": 22, "sha256": "3" * 64}
+    del stats["sources"]["b"]
+    assert corpus.changes(old, stats) == [f"val.bin: 21 -> 22 tokens, sha256 {'2' * 16}... -> {'3' * 16}...",
+                                          "source b removed", "source a: other text"]

@@ -177,6 +177,8 @@ def test_latex_formulas_become_plain_text_and_displayed_ones_go():
     html = ('<p>We invert a <span class="math">\\(2 \\times 2\\)</span> matrix:</p>'
             '<div class="math">\\[A^{-1} = \\frac{1}{\\det A}\\]</div><p>for \\(\\det A \\neq 0\\) only.</p>')
     assert corpus_text.html_to_text(html) == "We invert a 2 × 2 matrix:\n\nfor det A ≠ 0 only."
+    unrendered = "<p>Pass it to :pq:`PQexecParams()` as in :an:`1`, for ``meson`` builds.</p>"
+    assert corpus_text.html_to_text(unrendered) == "Pass it to PQexecParams() as in 1, for meson builds."
 
 
 def test_gutenberg_emphasis_marks_go():
