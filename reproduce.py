@@ -121,7 +121,7 @@ SCALES = {
         max_docs=8, batch_size=4),
 }
 # keys that do not change what a run computes (its weights): runs equal in everything else are one run
-NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'eval_interval', 'probe_docs',
+NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'eval_interval', 'probe_docs', 'probe_interval',
                 'always_save_checkpoint', 'divergence_factor', 'wandb_log', 'wandb_project', 'wandb_run_name',
                 'compile', 'device')
 

@@ -293,6 +293,22 @@ def read_log(path):
     return by('train'), by('eval')
 
 
+def read_probes(path):
+    """The probes of a train.py log.jsonl in iteration order: the 'probe' of every evaluation and every
+    probe_interval event {"event": "probe"}; a repeated iteration (a job that probed it again) keeps the last line."""
+    found = {}
+    with open(path) as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if (isinstance(e, dict) and e.get('event') in ('eval', 'probe') and isinstance(e.get('iter'), int)
+                    and isinstance(e.get('probe'), dict)):
+                found[e['iter']] = e
+    return [found[k] for k in sorted(found)]
+
+
 def make_folder(path, option):
     """Create the output folder of `option` (and its parents), or say in one line why it cannot be made."""
     path = path or '.'
