@@ -87,9 +87,9 @@ def evaluate(model, path, meta, cfg, rank, world, device, autocast):
     # it does not count (n = 0)
     for start in range(0, len(offsets[0::world]) if cfg['fsdp'] else len(mine), B):
         windows = mine[start:start + B] or offsets[:1]
-        xy = torch.from_numpy(np.stack([data[w:w + T + 1] for w in windows]).astype(np.int64))
+        xy = np.stack([data[w:w + T + 1] for w in windows])
         check_tokens(xy, cfg['vocab_size'], path)
-        xy = xy.to(device)
+        xy = torch.from_numpy(xy.astype(np.int64)).to(device)
         with autocast:
             _, loss = model(xy[:, :-1], xy[:, 1:])
         n = len(mine[start:start + B]) * (T - skipped)
