@@ -2,10 +2,8 @@
 config.json), the lock, atomic checkpoint saves that leave the last good checkpoint intact on a full disk, reading
 checkpoints and log.jsonl back, and loading a model for measurement (load_model: a checkpoint, a Hugging Face
 model or a GGUF file) with the dataset it was trained on."""
-import glob
 import json
 import os
-import shutil
 import socket
 import sys
 from dataclasses import asdict, dataclass, fields
@@ -18,24 +16,19 @@ except ImportError:  # Windows: runs go unlocked, with a warning
     fcntl = None
 
 from dataset import load_meta, resolve_dataset
-from fileio import PrepareError
+from fileio import PrepareError, check_output, remove_temporaries, temporary
 from model import GPT, GPTConfig, load_hf
 from tokenizer import load_tokenizer
 from train_config import TrainingError
 
 
 def check_out_dir(out_dir):
-    """Before anything is read or written: out_dir, or the nearest folder above it that exists (where it will be
-    made), is a folder this process may write to. claim_out_dir catches what this cannot see (e.g. root on a
-    read-only folder)."""
-    existing = os.path.abspath(out_dir)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise TrainingError(f"out_dir={out_dir!r}: {existing} is a file, not a folder; choose another --out_dir")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise TrainingError(f"cannot write to out_dir={out_dir!r} ({existing}: no write permission for this user); "
-                            f"choose a writable --out_dir")
+    """Before anything is read or written: out_dir is a folder, or can be made, that this process may write to
+    (fileio.check_output). claim_out_dir catches what this cannot see (e.g. root on a read-only folder)."""
+    try:
+        check_output(out_dir, '--out_dir', folder=True)
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
 
 
 def lock_out_dir(out_dir):
@@ -63,13 +56,15 @@ def lock_out_dir(out_dir):
     return fd
 
 
+# what train.py writes into out_dir through a temporary NAME.tmp (runs.save_checkpoint, configurator.save_config,
+# fsdp.save_sharded's marked folder): the only *.tmp names its cleanup removes (fileio.remove_temporaries)
+TEMPORARIES = ('ckpt.pt', 'best.pt', 'ckpt_*.pt', 'config.json', 'ckpt.dcp-*')
+
+
 def remove_leftovers(out_dir):
-    """Temporary files of a save that was killed before its rename (only called with the lock held)."""
-    for path in sorted(glob.glob(os.path.join(out_dir, '*.tmp'))):
-        if os.path.isdir(path):   # an fsdp run's sharded checkpoint (fsdp.save_sharded)
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+    """Temporary files of a save that was killed before its rename (only called with the lock held): train.py's
+    own (TEMPORARIES; a folder only with train.py's mark), never another *.tmp."""
+    for path in remove_temporaries(out_dir, TEMPORARIES, 'train.py'):
         print(f"removed {path}, left by an interrupted save")
 
 
@@ -103,7 +98,7 @@ def save_checkpoint(path, ckpt):
     """Atomic: write to a temporary file in the same folder, fsync, then rename over the old one. A write that fails
     (a full disk: OSError ENOSPC, or torch.save's RuntimeError) removes the temporary file and leaves the old
     checkpoint as it was; the caller decides what to say (fileio.disk_full)."""
-    tmp = f"{path}.tmp"
+    tmp = temporary(path)
     try:
         with open(tmp, 'wb') as f:
             torch.save(ckpt, f)
@@ -310,12 +305,6 @@ def read_probes(path):
 
 
 def make_folder(path, option):
-    """Create the output folder of `option` (and its parents), or say in one line why it cannot be made."""
-    path = path or '.'
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"{option}: {path} is a file, not a folder; choose another path")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"{option}: cannot create the folder {path} ({e.strerror}: {e.filename}); "
-                         f"choose another path") from None
+    """Create the output folder of `option` (and its parents), or say in one line why it cannot be made
+    (fileio.check_output)."""
+    check_output(path or '.', option, folder=True, make=True)

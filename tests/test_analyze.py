@@ -520,7 +520,7 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     (['--ckpt', '{ckpt}', '--max_docs', '-5'], '--max_docs must be >= 0 (0 = all documents), got -5'),
     (['--ckpt', '{ckpt}', '--sink_eps', '1.5'], '--sink_eps must be in [0, 1)'),
     (['--ckpt', '{ckpt}', '--plots', '{ckpt}'], 'is a file, not a folder'),
-    (['--ckpt', '{ckpt}', '--json', '{ckpt}/sub/x.json'], '--json: cannot create the folder'),
+    (['--ckpt', '{ckpt}', '--json', '{ckpt}/sub/x.json'], 'ckpt.pt is a file, not a folder; choose another --json'),
     pytest.param(['--ckpt', '{ckpt}', '--device', 'cuda'], "device='cuda' but no CUDA GPU is available",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason='checks the error without a GPU')),
 ])
