@@ -44,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from fileio import write_json   # noqa: E402  (library modules of the repository root)
+from provenance import git_commit   # noqa: E402
 from recipe import PACK_LIMIT, pack_run, run_state   # noqa: E402
 
 OUT_FILES = 8          # what one device call may bring back
@@ -515,13 +516,9 @@ def device_calls(item, commit):
 
 
 def git_head():
-    try:
-        r = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=ROOT,
-                               capture_output=True, text=True)
-    except OSError:
-        return 'unknown'
-    return r.stdout.strip() + ('-dirty' if dirty.stdout.strip() else '') if r.returncode == 0 else 'unknown'
+    """This project's commit, short, as provenance.git_commit finds it ('unknown' outside its own git checkout)."""
+    commit = git_commit()
+    return 'unknown' if commit is None else commit[:12] + ('-dirty' if commit.endswith('-dirty') else '')
 
 
 def cmd_list(_args):
