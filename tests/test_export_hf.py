@@ -140,8 +140,12 @@ def test_an_existing_folder_needs_force(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf')])
     assert '--force' in str(e.value.code) and (tmp_path / 'hf' / 'notes.txt').exists()
-    export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf'), '--force'])
-    assert 'wrote' in capsys.readouterr().out and not (tmp_path / 'hf' / 'notes.txt').exists()
+    with pytest.raises(SystemExit) as e:   # --force replaces an earlier export only, not a folder of a user's
+        export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf'), '--force'])
+    assert 'not written by export_hf.py' in str(e.value.code) and (tmp_path / 'hf' / 'notes.txt').read_text() == 'keep'
+    (tmp_path / 'hf' / 'notes.txt').unlink()
+    export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf')])      # an empty folder is written into
+    assert 'wrote' in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         export_hf.main(['--ckpt', str(tmp_path / 'missing.pt'), '--out', str(tmp_path / 'x')])
     assert 'not found' in str(e.value.code)
@@ -181,10 +185,10 @@ def one_line_error(argv):
     ('run/ckpt.pt', 'run', "is the checkpoint's folder"),
     ('run/ckpt.pt', 'run/', "is the checkpoint's folder"),
     ('run', '.', "contains the checkpoint's folder"),
-    ('run/best.pt', 'run/ckpt.pt', "holds run/ckpt.pt, a training run's checkpoint or log"),
-    ('run/ckpt.pt', 'run/ckpt.pt', "holds run/ckpt.pt, a training run's checkpoint or log"),   # the checkpoint itself
-    ('run', 'run/log.jsonl', "holds run/log.jsonl, a training run's checkpoint or log"),
-    ('run', 'other', "holds other/sub/best.pt, a training run's checkpoint or log"),          # another run's folder
+    ('run/best.pt', 'run/ckpt.pt', "--out run/ckpt.pt is a file, not a folder"),
+    ('run/ckpt.pt', 'run/ckpt.pt', "--out run/ckpt.pt is a file, not a folder"),   # the checkpoint itself
+    ('run', 'run/log.jsonl', "--out run/log.jsonl is a file, not a folder"),
+    ('run', 'other', "--out other exists and was not written by export_hf.py"),          # another run's folder
 ])
 def test_an_out_that_would_replace_the_runs_files_is_refused_even_with_force(tmp_path, monkeypatch, ckpt, out, named):
     monkeypatch.chdir(tmp_path)
@@ -196,6 +200,29 @@ def test_an_out_that_would_replace_the_runs_files_is_refused_even_with_force(tmp
     assert {name: open(os.path.join('run', name), 'rb').read() for name in sorted(os.listdir('run'))} == files
     assert sorted(os.listdir(tmp_path)) == ['other', 'run']
     assert open('other/sub/best.pt', 'rb').read() == b'a checkpoint'
+
+
+@pytest.mark.parametrize('kind', ['prepared dataset', 'results'])
+def test_force_replaces_only_an_earlier_export(tmp_path, capsys, kind):
+    """Issue 36, cases 2 and 3: --force on a folder export_hf.py did not write (a prepared dataset, a results folder)
+    is one line and leaves every file as it was; on its own earlier export it replaces it."""
+    ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', **GPT2_STYLE)
+    names = (['meta.json', 'train.bin', 'val.bin'] if kind == 'prepared dataset'
+             else ['analysis.json', 'quant.json', 'attention_map.png'])
+    folder = tmp_path / 'folder'
+    folder.mkdir()
+    for i, name in enumerate(names):
+        (folder / name).write_bytes(bytes([i]) * 100)
+    message = one_line_error(['--ckpt', ckpt, '--out', str(folder), '--force'])
+    assert f'--out {folder} exists and was not written by export_hf.py' in message, message
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == {n: bytes([i]) * 100 for i, n in enumerate(names)}
+    assert sorted(os.listdir(tmp_path)) == ['ckpt.pt', 'folder']            # nothing left beside it either
+    out = str(tmp_path / 'hf')
+    export_hf.main(['--ckpt', ckpt, '--out', out])
+    (tmp_path / 'hf' / 'config.json').write_text('{"edited": true}')        # what --force then replaces
+    export_hf.main(['--ckpt', ckpt, '--out', out, '--force'])
+    assert transformers.AutoConfig.from_pretrained(out).model_type == 'gpt2'
+    capsys.readouterr()
 
 
 def test_a_folder_inside_the_run_folder_is_written_and_replaced(tmp_path, capsys):
