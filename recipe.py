@@ -8,6 +8,7 @@ the check whether the vanilla and softmax-1 + OrthoAdam rows meet the issue's go
 """
 import io
 import json
+import math
 import os
 import tarfile
 import tempfile
@@ -60,7 +61,7 @@ def run_state(run_dir, max_iters):
     if not os.path.isfile(path):
         return {'state': 'none', 'iter': 0}
     last, state = {}, {'state': 'started', 'iter': 0}
-    with open(path) as f:
+    with open(path, errors='replace') as f:   # damaged bytes: a line that does not parse, skipped
         for line in f:
             try:
                 e = json.loads(line)
@@ -125,10 +126,10 @@ def check_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
     results (ppl, kurtosis_first, kurtosis_rest, first_attn_argmax); *_quant: eval_quant.py's model entry (its
     'delta' per scheme), or None to leave the quantisation criteria out. Returns [(criterion, value, ok)] with ok
     None where a value is missing."""
-    def get(d, *keys):
+    def get(d, *keys):   # a finite number, else None (missing: a hand-edited or truncated file says nothing)
         for k in keys:
             d = d.get(k) if isinstance(d, dict) else None
-        return d if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+        return d if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) else None
 
     def crit(name, value, test):
         return (name, value, None if value is None else bool(test(value)))
@@ -138,7 +139,7 @@ def check_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
            crit('s1+OA first_attn_argmax <= 0.05', get(s1oa, 'first_attn_argmax'), lambda v: v <= 0.05)]
     k = [get(s1oa, 'kurtosis_first'), get(s1oa, 'kurtosis_rest')]
     out.append(crit('s1+OA E_m kurtosis first and rest <= 5', None if None in k else max(k), lambda v: v <= 5))
-    pv, ps = get(vanilla, 'ppl'), get(s1oa, 'ppl')
+    pv, ps = (p if p is not None and p >= 1 else None for p in (get(vanilla, 'ppl'), get(s1oa, 'ppl')))  # ppl >= 1
     out.append(crit('s1+OA PPL within 2% of vanilla (ratio)', None if None in (pv, ps) else ps / pv,
                     lambda v: v <= 1.02))
     if vanilla_quant is not None or s1oa_quant is not None:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from configurator import ConfigError, load_config
 from corpus import CorpusError, find_archive
 from dataset import load_meta, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
-from fileio import PrepareError, duration, write_json
+from fileio import PrepareError, check_output, duration, number, write_json
 from paper_tables import TABLES
 from recipe import PILOT_KEYS, STEPS, TOKENS_PER_STEP, check_goal, goal_text, pack_run, recipe_overrides, run_state
 
@@ -578,14 +578,18 @@ def draw_trajectories(name, runs, out):
 
 
 def pack(runs, folder, extra):
-    """<folder>/<run>.tar.gz for every run that has results (recipe.pack_run), with the tables' files."""
+    """<folder>/<run>.tar.gz for every run that has results (recipe.pack_run), with the tables' files. Returns why
+    each run that was not packed was not (empty: all were)."""
+    missing = []
     for run in runs:
         try:
             dest, size, names = pack_run(run.cfg['out_dir'], os.path.join(folder, f'{run.name}.tar.gz'), extra)
         except ValueError as e:
             print(f"not packed: {e}", file=sys.stderr)
+            missing.append(str(e))
             continue
         print(f"packed {dest}: {size / 2 ** 20:.2f} MiB, {len(names)} files", file=sys.stderr)
+    return missing
 
 
 def goal(runs):
@@ -615,16 +619,16 @@ def main(argv=None):
                    'smoke (tests)')
     p.add_argument('--rows', nargs='+', default=[], metavar='WORD', help='only rows whose config name contains a WORD '
                    '(a WORD that is a row\'s whole name, e.g. gpt2_60m_s1, selects that row alone)')
-    p.add_argument('--nproc', type=int, default=1, help='processes (GPUs) per training run, through torchrun')
-    p.add_argument('--jobs', type=int, default=1, help='runs at once (CUDA: each gets its own --nproc GPUs)')
+    p.add_argument('--nproc', type=number(int, 1), default=1, help='processes (GPUs) per training run, through torchrun')
+    p.add_argument('--jobs', type=number(int, 1), default=1, help='runs at once (CUDA: each gets its own --nproc GPUs)')
     p.add_argument('--out', default=os.path.join('out', 'reproduce'), help='results root (default out/reproduce)')
     p.add_argument('--dataset', help='train and evaluate every row on this prepared folder (overrides the scale)')
-    p.add_argument('--iters', type=int, help="iterations per row (x the row's schedule factor) instead of the scale's")
+    p.add_argument('--iters', type=number(int, 1), help="iterations per row (x the row's schedule factor) instead of the scale's")
     p.add_argument('--dry_run', action='store_true', help='print the commands of the runs to do; run nothing')
     p.add_argument('--render', action='store_true', help='render the tables from existing results; run nothing')
-    p.add_argument('--job_minutes', type=float, default=0.0, help="train a row as a chain of jobs, each stopping "
+    p.add_argument('--job_minutes', type=number(float, 0), default=0.0, help="train a row as a chain of jobs, each stopping "
                    "after this many minutes of training with a checkpoint (train.py --max_minutes); 0 = one job")
-    p.add_argument('--max_jobs', type=int, default=0, help='training jobs per row in this invocation (0 = until '
+    p.add_argument('--max_jobs', type=number(int, 0), default=0, help='training jobs per row in this invocation (0 = until '
                    'the row is finished); the same command continues an unfinished row exactly')
     p.add_argument('--pack', metavar='DIR', help="after rendering, pack each row's results and the tables' files into "
                    "DIR/<run>.tar.gz (<= 16 MiB each: recipe.pack_run)")
@@ -632,13 +636,9 @@ def main(argv=None):
                    "issue 27's goal (recipe.check_goal); exit 1 when it is not met")
     p.add_argument('--allow_cpu', action='store_true', help='start the paper or gpu scale on a machine without a CUDA '
                    'GPU (days of work; without this flag such a run shows its plan and stops)')
-    args = p.parse_args(argv)
-    if args.nproc < 1 or args.jobs < 1 or args.max_jobs < 0 or args.job_minutes < 0:
-        p.error('--nproc and --jobs must be >= 1, --max_jobs and --job_minutes >= 0')
+    args = p.parse_args(argv)   # the numbers are checked where they are parsed (fileio.number)
     scale = SCALES[args.scale]
     if args.iters is not None:
-        if args.iters < 1:
-            p.error('--iters must be >= 1')
         scale = replace(scale, iters=args.iters, description=f"{scale.description}; --iters {args.iters}")
     if args.dataset and (os.sep in args.dataset or os.path.isabs(args.dataset)):
         args.dataset = os.path.abspath(args.dataset)   # a path from here: the runs' subprocesses work in ROOT
@@ -647,6 +647,13 @@ def main(argv=None):
     out = os.path.join(os.path.abspath(args.out), args.scale)
     t0 = time.time()
     try:
+        try:   # the outputs, before any work (fileio.check_output): a folder for the results, one for the packs
+            check_output(args.out, '--out', folder=True)
+            check_output(out, '--out', folder=True)
+            if args.pack:
+                check_output(args.pack, '--pack', folder=True)
+        except ValueError as e:
+            raise SweepError(str(e)) from None
         runs = plan(args.tables, scale, out, args.rows, args.dataset)
         print('\n'.join(describe(runs, scale)), file=sys.stderr, flush=True)
         if args.dry_run:
@@ -682,11 +689,12 @@ def main(argv=None):
         print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "
               f"in {duration(time.time() - t0)}", file=sys.stderr)
         tables = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures
-        if args.pack:
-            pack(runs, args.pack, tables)
+        unpacked = pack(runs, args.pack, tables) if args.pack else []
         met = goal(runs) if args.goal else True
         if failures:
             sys.exit(f"reproduce.py: error: {len(failures)} run(s) failed: " + '; '.join(failures))
+        if unpacked:   # a script or a GPU job must not read success when a pack is missing
+            sys.exit(f"reproduce.py: error: {len(unpacked)} of {len(runs)} row(s) not packed: " + '; '.join(unpacked))
         if not met:
             sys.exit("reproduce.py: the goal of issue 27 is not met (the lines above say which part)")
     except SweepError as e:

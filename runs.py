@@ -276,7 +276,7 @@ def check_ckpt(c):
 def read_log(path):
     """(train, eval) lists of events from a train.py log.jsonl; a repeated (event, iter) keeps the last line."""
     events = {}
-    with open(path) as f:
+    with open(path, errors='replace') as f:   # damaged bytes: a line that does not parse, skipped
         for line in f:
             try:
                 e = json.loads(line)
@@ -292,7 +292,7 @@ def read_probes(path):
     """The probes of a train.py log.jsonl in iteration order: the 'probe' of every evaluation and every
     probe_interval event {"event": "probe"}; a repeated iteration (a job that probed it again) keeps the last line."""
     found = {}
-    with open(path) as f:
+    with open(path, errors='replace') as f:   # damaged bytes: a line that does not parse, skipped
         for line in f:
             try:
                 e = json.loads(line)

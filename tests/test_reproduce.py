@@ -251,3 +251,81 @@ def test_gpu_scale_dry_run_prints_data_tokens_and_expected_time(bb, tmp_path):
     assert f'data: {bb}' in r.stderr and r.stderr.count('328 M tokens') == 4
     assert 'expected wall time on one H100' in r.stderr and 'for the 4 runs to do' in r.stderr
     assert r.stdout.count('--windows=') == 4 and '--compile=True' in r.stdout
+
+
+# ----------------------------------------------------------------------------- refused before any work (issue 36)
+def exit_of(capsys, *argv):
+    """reproduce.main in this process: (exit status as the shell sees it, its message, stdout + stderr)."""
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(list(argv))
+    code, printed = e.value.code, capsys.readouterr()
+    return (code if isinstance(code, int) else 1), ('' if isinstance(code, int) else code), printed.out + printed.err
+
+
+def finished_rows(out, rows, results):
+    """The run folders of `rows` at the smoke scale under out, each holding the analysis.json in `results`."""
+    planned = reproduce.plan(['table2'], reproduce.SCALES['smoke'], os.path.join(out, 'smoke'), rows)
+    for run in planned:
+        os.makedirs(run.cfg['out_dir'])
+        with open(os.path.join(run.cfg['out_dir'], 'analysis.json'), 'w') as f:
+            json.dump(results[run.config.split('/')[-1]], f)
+    return planned
+
+
+@pytest.mark.parametrize('value', ['nan', 'inf', '-1'])
+def test_job_minutes_must_be_a_finite_number(capsys, tmp_path, value):
+    """Cases 6-7: --job_minutes nan / inf planned train.py --max_minutes=nan, which train.py refuses later."""
+    code, _, err = exit_of(capsys, 'table5', '--scale', 'smoke', '--rows', '11_orthoadam', '--job_minutes', value,
+                           '--dry_run', '--out', str(tmp_path))
+    assert code == 2 and f'argument --job_minutes: {value} is not allowed' in err and 'max_minutes' not in err
+
+
+@pytest.mark.parametrize('render', [[], ['--render']])
+def test_an_out_that_is_a_file_is_refused_before_any_work(capsys, tmp_path, monkeypatch, render):
+    """Cases 23-24: --out FILE was a NotADirectoryError (after the training, without --render)."""
+    monkeypatch.setattr(reproduce, 'run_all', lambda *a: pytest.fail('trained with an --out it cannot write'))
+    (tmp_path / 'FILE').write_text('mine')
+    code, message, _ = exit_of(capsys, 'table5', '--scale', 'smoke', '--rows', '11_orthoadam', '--out',
+                               str(tmp_path / 'FILE'), *render)
+    assert code == 1 and message == f"reproduce.py: error: --out {tmp_path / 'FILE'} is a file, not a folder; " \
+                                    f"choose another --out"
+    assert (tmp_path / 'FILE').read_text() == 'mine'
+
+
+def test_goal_with_a_perplexity_of_zero_is_missing_not_a_traceback(capsys, tmp_path):
+    """Case 25: vanilla's analysis.json with "ppl": 0 (no perplexity is below 1) divided by zero."""
+    good = {'gpt2_60m_vanilla': {'ppl': 0, 'kurtosis_first': 120.0, 'kurtosis_rest': 40.0, 'first_attn_argmax': 0.4},
+            'gpt2_60m_s1oa': {'ppl': 30.3, 'kurtosis_first': 3.2, 'kurtosis_rest': 3.1, 'first_attn_argmax': 0.02}}
+    out = str(tmp_path / 'out')
+    finished_rows(out, ['gpt2_60m_vanilla', 'gpt2_60m_s1oa'], good)
+    code, message, printed = exit_of(capsys, 'table2', '--scale', 'smoke', '--rows', 'gpt2_60m_vanilla',
+                                     'gpt2_60m_s1oa', '--out', out, '--render', '--goal')
+    assert code == 1 and 'goal of issue 27 is not met' in message and 'Traceback' not in printed
+    assert 'MISSING: s1+OA PPL within 2% of vanilla' in printed and 'met: vanilla first_attn_argmax' in printed
+
+
+def test_pack_that_packs_nothing_is_an_error(capsys, tmp_path, monkeypatch):
+    """--pack exited 0 when nothing was packed: into an existing file or a read-only folder (refused before any
+    work), or a pack over 16 MiB (refused when packing: the exit status says so, the other rows are packed)."""
+    out = str(tmp_path / 'out')
+    rows = ['gpt2_60m_vanilla', 'gpt2_60m_s1oa']
+    planned = finished_rows(out, rows, {r: {'ppl': 30.0} for r in rows})
+    args = ['table2', '--scale', 'smoke', '--rows', *rows, '--out', out, '--render']
+    (tmp_path / 'a_file').write_text('mine')
+    code, message, _ = exit_of(capsys, *args, '--pack', str(tmp_path / 'a_file'))
+    assert code == 1 and 'is a file, not a folder' in message and (tmp_path / 'a_file').read_text() == 'mine'
+    import fileio
+    read_only = str(tmp_path / 'ro')
+    os.makedirs(read_only)
+    access = os.access   # what a read-only folder answers (chmod does not stop root, who may run the tests)
+    monkeypatch.setattr(fileio.os, 'access', lambda p, mode, **k: False if p == read_only else access(p, mode, **k))
+    code, message, _ = exit_of(capsys, *args, '--pack', read_only)
+    assert code == 1 and f'--pack {read_only}: cannot write to {read_only}' in message
+    assert not os.path.exists(os.path.join(out, 'smoke', 'table2.md'))      # refused before rendering
+    monkeypatch.undo()
+    with open(os.path.join(planned[0].cfg['out_dir'], 'log.jsonl'), 'wb') as f:   # 17 MiB that do not compress
+        f.write(os.urandom(17 * 2 ** 20))
+    packs = str(tmp_path / 'packs')
+    code, message, _ = exit_of(capsys, *args, '--pack', packs)
+    assert code == 1 and '1 of 2 row(s) not packed' in message and 'MiB > 16 MiB' in message
+    assert sorted(os.listdir(packs)) == [f'{planned[1].name}.tar.gz']
