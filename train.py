@@ -237,7 +237,7 @@ def open_run(cfg, ckpt_path, best_path):
         GPTConfig(**{k: cfg[k] for k in MODEL_KEYS})
     except ValueError as e:
         raise TrainingError(str(e)) from None
-    seen, ckpt, changes = file_state(ckpt_path), None, []
+    seen, ckpt, changes, finished = file_state(ckpt_path), None, [], False
     if resume or cfg['eval_only']:
         ckpt = load_checkpoint(ckpt_path)
         if cfg['eval_only']:
@@ -245,9 +245,11 @@ def open_run(cfg, ckpt_path, best_path):
         else:
             changes = check_resume(cfg, ckpt, meta)
             fsdp.check_sharded(ckpt, ckpt_path, cfg['fsdp'])
+            finished = ckpt['iter_num'] >= cfg['max_iters']   # nothing to train: nothing is recorded either
     else:   # the schedule's horizon is fixed when the run starts, and recorded
         cfg['lr_decay_iters'] = cfg['lr_decay_iters'] or cfg['max_iters']
-    return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen, 'pretrained': pretrained}
+    return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen, 'pretrained': pretrained,
+            'finished': finished}
 
 
 def check_data(cfg, meta, paths, rank, world, device):
@@ -256,9 +258,10 @@ def check_data(cfg, meta, paths, rank, world, device):
         verify_tokens(paths[split], meta, split, cfg['vocab_size'], rank, world, device)
 
 
-def claim_out_dir(cfg, ckpt_path, seen):
+def claim_out_dir(cfg, ckpt_path, seen, finished=False):
     """Rank 0, before the first write: the lock on out_dir, a check that no other run changed ckpt.pt
-    meanwhile, leftovers of killed saves, config.json. Returns the lock's file descriptor (None: eval_only)."""
+    meanwhile, leftovers of killed saves, config.json (not for a finished run, which trains nothing). Returns the
+    lock's file descriptor (None: eval_only)."""
     if cfg['eval_only']:
         return None
     try:
@@ -267,7 +270,8 @@ def claim_out_dir(cfg, ckpt_path, seen):
             if file_state(ckpt_path) != seen:
                 raise TrainingError(f"{ckpt_path} changed while this run was starting (another run wrote it); start again")
             remove_leftovers(cfg['out_dir'])
-            save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
+            if not finished:
+                save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
         except BaseException:
             os.close(fd)
             raise
@@ -299,7 +303,8 @@ def train(cfg):
     ckpt_path, best_path = os.path.join(cfg['out_dir'], 'ckpt.pt'), os.path.join(cfg['out_dir'], 'best.pt')
     opened = collectively(open_run, cfg, ckpt_path, best_path)
     collectively(check_data, cfg, opened['meta'], opened['paths'], rank, world, device)
-    lock = collectively(claim_out_dir, cfg, ckpt_path, opened['seen']) if master else collectively(lambda: None)
+    lock = (collectively(claim_out_dir, cfg, ckpt_path, opened['seen'], opened['finished']) if master
+            else collectively(lambda: None))
     with contextlib.ExitStack() as cleanup:
         if lock is not None:
             cleanup.callback(os.close, lock)   # closing the file releases the lock
@@ -518,7 +523,12 @@ def eval_and_save(r, nonfinite, start_iter, tokens_per_iter):
                             f"writing a checkpoint, {kept}; resume with a lower --learning_rate, or "
                             f"--divergence_factor=0 to train on")
     improved, r.best_val_loss = val_loss < r.best_val_loss, min(r.best_val_loss, val_loss)
-    if r.iter_num > start_iter and (improved or cfg['always_save_checkpoint'] or r.iter_num == cfg['max_iters']):
+    # a resume evaluates the iteration its checkpoint holds again; it saves only when that evaluation is new and
+    # improved (a job of a max_minutes chain stopped on an evaluation iteration, before evaluating it): else a
+    # chain whose jobs all stop there would never write best.pt
+    resumed_here = r.iter_num == start_iter and r.last_saved == r.iter_num
+    if (r.iter_num > start_iter and (improved or cfg['always_save_checkpoint'] or r.iter_num == cfg['max_iters'])
+            or resumed_here and improved):
         checkpoint(r, r.ckpt_path, *([r.best_path] if improved else []))
         r.last_saved = r.iter_num
     return {'val_loss': val_loss, 'val_ppl': val_ppl, 'iter': r.iter_num}
@@ -624,7 +634,7 @@ def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanu
     build_model(r, ckpt, opened.pop('pretrained'), local_rank)
     del ckpt
     open_logging(r, cleanup)
-    report_changes(r, opened['changes'])
+    report_changes(r, [] if opened['finished'] else opened['changes'])   # a finished run applies none
     with stop_on_signals() as stop:
         rows = len(range(cfg['batch_size'])[share[0][1]])
         if r.master:

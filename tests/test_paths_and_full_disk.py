@@ -167,6 +167,23 @@ def test_a_finished_run_resumed_says_so_and_logs_no_second_eval(bigram_data, tmp
     assert (tmp_path / 'o' / 'log.jsonl').read_text() == log           # no duplicate eval event
 
 
+def test_a_finished_run_started_again_with_other_values_records_nothing(bigram_data, tmp_path, capsys):
+    """Issue 36: the main job of a max_minutes chain run again on a finished run (init_from=auto, another budget and
+    other values a resume may change) trains nothing, so it appends no resume_change event and leaves config.json
+    (and every other file) byte for byte as it was."""
+    out = tmp_path / 'o'
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2', '--eval_interval=2',
+            '--init_from=auto']
+    code, _, err = cli(capsys, *args)
+    assert code == 0, err
+    before = snapshot(str(out))
+    code, again, err = cli(capsys, *args, '--max_minutes=5', '--learning_rate=0.01', '--eval_tokens=128',
+                           '--log_interval=2', '--probe_docs=0')
+    assert code == 0, err
+    assert 'is a finished run (iteration 2 of max_iters=2)' in again and 'changed on resume' not in again
+    assert snapshot(str(out)) == before
+
+
 # ----------------------------------------------------------------------------- results and checkpoints
 def test_render_names_a_truncated_analysis_json_and_renders_the_other_rows(tmp_path, capsys):
     scale = reproduce.SCALES['smoke']
