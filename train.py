@@ -404,10 +404,13 @@ def checkpoint(r, *paths):
         states = [rng_state(r.device_type)]
     if not (fsdp.all_finite(r.raw_model) if r.cfg['fsdp'] else all(torch.isfinite(p).all() for p in r.raw_model.parameters())):
         raise TrainingError("non-finite weights; not overwriting the last good checkpoint")
-    sharded = None
+    sharded, error = None, None
+    kept = (f"{r.ckpt_path} (iteration {r.last_saved}) is kept" if r.last_saved is not None
+            else "no checkpoint had been written")
     if r.cfg['fsdp']:   # the shards first (ckpt.pt names them only once complete), then the full weights on rank 0
         if paths[0] == r.ckpt_path:
-            sharded = {'dir': fsdp.save_sharded(r.raw_model, r.optimizer, r.cfg['out_dir'], r.iter_num), 'world': r.world}
+            sharded = fsdp.save_sharded(r.raw_model, r.optimizer, r.cfg['out_dir'], r.iter_num, kept,
+                                        reuse=r.last_saved == r.iter_num)
         weights = fsdp.full_weights(r.raw_model)
     if r.master:
         contents = {
@@ -420,17 +423,22 @@ def checkpoint(r, *paths):
                      'identity': data_identity(r.meta), 'dir': os.path.relpath(os.path.dirname(os.path.abspath(r.paths['val'])),
                                                      os.path.dirname(os.path.abspath(r.ckpt_path)))}}
         for path in paths:   # no links between them: a write into one file (a cp onto it, a truncation) leaves the others
-            contents['sharded'] = sharded if path == r.ckpt_path else None   # best.pt, ckpt_<iter>.pt: weights only
+            # fsdp: best.pt names the shards too (cp best.pt ckpt.pt resumes it); ckpt_<iter>.pt holds the weights only
+            contents['sharded'] = sharded if path in (r.ckpt_path, r.best_path) else None
             try:
                 save_checkpoint(path, contents)
             except (OSError, RuntimeError) as e:
                 if not disk_full(e):
                     raise
-                kept = (f"{r.ckpt_path} (iteration {r.last_saved}) is kept" if r.last_saved is not None
-                        else "no checkpoint had been written")
-                raise TrainingError(f"{disk_full_text(path)}; {kept}, continue with --init_from=resume") from None
-        if sharded:
-            fsdp.remove_old_shards(r.cfg['out_dir'], keep=sharded['dir'])
+                error = TrainingError(f"{disk_full_text(path)}; {kept}, continue with --init_from=resume")
+                break
+        if sharded and error is None:   # the folders ckpt.pt and best.pt name stay
+            best = sharded if r.best_path in paths else fsdp.named_shards(r.best_path)
+            fsdp.remove_old_shards(r.cfg['out_dir'], keep={sharded['dir'], (best or {}).get('dir')})
+    if r.world > 1:   # rank 0's failure stops every rank with its one line
+        agree(error)
+    elif error:
+        raise error
 
 
 def open_logging(r, cleanup):
