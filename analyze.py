@@ -129,7 +129,7 @@ def main(argv=None):
                 if not os.path.isfile(log):
                     raise ValueError(f"--trajectories {run}: no such file {log} (pass train.py's out_dir or its log.jsonl)")
             labels = unique_labels([run_label(os.path.dirname(os.path.abspath(log))) for log in logs])
-            os.makedirs(args.plots, exist_ok=True)
+            make_folder(args.plots, '--plots')
             path = plot_trajectories(list(zip(labels, logs)), os.path.join(args.plots, 'trajectories.png'))
             if path is None:
                 raise ValueError(f"no evaluation in {', '.join(logs)} has a probe: train with --probe_docs=N (N > 0)")

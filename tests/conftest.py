@@ -64,3 +64,17 @@ def pytest_configure(config):
                             'torch.jit._script')
     config.addinivalue_line('markers', 'gpu: run on CUDA by gpu_suite.py (python -m pytest -m gpu tests); tests/test_gpu.py '
                             'skips without CUDA, the Triton kernels\' tests run in the interpreter there')
+
+
+def read_only_run(cmd, folder, cwd=ROOT, timeout=300):
+    """subprocess.run(cmd) while `folder` is a read-only filesystem: an empty tmpfs mounted read-only over it, in a
+    mount namespace of the command's own (unshare -rm: no root needed where user namespaces are allowed, nothing
+    mounted for anyone else). Skips the test on a machine that cannot."""
+    import shutil
+    import subprocess
+    if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
+        pytest.skip('needs unshare -rm (a mount namespace) for a read-only mount')
+    os.makedirs(folder, exist_ok=True)
+    script = 'mount -t tmpfs -o ro,size=64k tmpfs "$0" && exec "$@"'
+    return subprocess.run(['unshare', '-rm', 'sh', '-c', script, str(folder), *cmd], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)

@@ -382,6 +382,22 @@ def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkey
     assert e.value.code == 2
 
 
+def test_trajectories_refuse_a_plots_path_they_cannot_write_before_drawing(tmp_path):
+    """Issue 36, cases 28-29: --plots FILE (a FileExistsError) and --plots on a read-only filesystem (an OSError from
+    the figure's save) are one line."""
+    from conftest import read_only_run
+    a = write_probe_log(str(tmp_path / 'vanilla'), 100.0)
+    (tmp_path / 'FILE').write_text('mine')
+    with pytest.raises(SystemExit) as e:
+        analyze.main(['--trajectories', a, '--plots', str(tmp_path / 'FILE')])
+    assert str(e.value) == f"analyze.py: error: --plots {tmp_path / 'FILE'} is a file, not a folder; choose another --plots"
+    assert (tmp_path / 'FILE').read_text() == 'mine'
+    ro = tmp_path / 'ro'
+    r = read_only_run([sys.executable, 'analyze.py', '--trajectories', a, '--plots', str(ro)], ro)
+    assert r.returncode == 1 and r.stderr.strip() == (f"analyze.py: error: --plots {ro}: cannot write to {ro} "
+                                                      f"(a read-only filesystem); choose another --plots"), r.stderr
+
+
 def test_run_label():
     assert tables.run_label('out/x/ckpt.pt') == 'x' and tables.run_label('runs/y.pt') == 'y'
     assert tables.run_label('meta-llama/Llama-2-7b-hf') == 'Llama-2-7b-hf' and tables.run_label('gpt2') == 'gpt2'
