@@ -43,7 +43,7 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from fileio import write_json   # noqa: E402  (library modules of the repository root)
+from fileio import check_output, write_json   # noqa: E402  (library modules of the repository root)
 from provenance import git_commit   # noqa: E402
 from recipe import PACK_LIMIT, pack_run, run_state   # noqa: E402
 
@@ -423,7 +423,10 @@ def check_out(out, work):
                          f"empty folder")
     if os.path.commonpath([out, ROOT]) == ROOT and not out.startswith(os.path.join(ROOT, 'out') + os.sep):
         raise QueueError(f"--out {out} is inside the repository: use $OUT or a folder under out/")
-    os.makedirs(out, exist_ok=True)
+    try:   # a path under a file, a read-only folder: before any work (fileio.check_output)
+        check_output(out, '--out', folder=True, make=True)
+    except ValueError as e:
+        raise QueueError(str(e)) from None
     return out
 
 
