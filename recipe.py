@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import sys
 import tarfile
 import tempfile
 
@@ -114,6 +115,20 @@ def pack_run(run_dir, dest, extra=(), limit=PACK_LIMIT):
             raise ValueError(disk_full_text(dest)) from None
         raise ValueError(f"cannot write {dest} ({e.strerror}); choose another --pack folder") from None
     return dest, len(data), [f'{row}/{os.path.basename(p)}' for p in files]
+
+
+def pack_runs(run_dirs, folder, extra=()):
+    """<folder>/<name>.tar.gz of every run of {name: run folder} (pack_run, with the `extra` files), a line each on
+    stderr. Returns why each run that was not packed was not (empty: all were)."""
+    missing = []
+    for name, run_dir in run_dirs.items():
+        try:
+            dest, size, names = pack_run(run_dir, os.path.join(folder, f'{name}.tar.gz'), extra)
+            print(f"packed {dest}: {size / 2 ** 20:.2f} MiB, {len(names)} files", file=sys.stderr)
+        except ValueError as e:
+            print(f"not packed: {e}", file=sys.stderr)
+            missing.append(str(e))
+    return missing
 
 
 # ----------------------------------------------------------------------------- the goal of issue 27

@@ -50,7 +50,7 @@ from corpus import CorpusError, find_archive
 from dataset import load_meta, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
 from fileio import PrepareError, check_output, duration, number, write_json
 from paper_tables import TABLES
-from recipe import PILOT_KEYS, STEPS, TOKENS_PER_STEP, check_goal, goal_text, pack_run, recipe_overrides, run_state
+from recipe import PILOT_KEYS, STEPS, TOKENS_PER_STEP, check_goal, goal_text, pack_runs, recipe_overrides, run_state
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -577,21 +577,6 @@ def draw_trajectories(name, runs, out):
     return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
 
 
-def pack(runs, folder, extra):
-    """<folder>/<run>.tar.gz for every run that has results (recipe.pack_run), with the tables' files. Returns why
-    each run that was not packed was not (empty: all were)."""
-    missing = []
-    for run in runs:
-        try:
-            dest, size, names = pack_run(run.cfg['out_dir'], os.path.join(folder, f'{run.name}.tar.gz'), extra)
-        except ValueError as e:
-            print(f"not packed: {e}", file=sys.stderr)
-            missing.append(str(e))
-            continue
-        print(f"packed {dest}: {size / 2 ** 20:.2f} MiB, {len(names)} files", file=sys.stderr)
-    return missing
-
-
 def goal(runs):
     """Print recipe.check_goal on the 60M vanilla and softmax-1 + OrthoAdam rows; True when it is met."""
     found = {}
@@ -648,10 +633,9 @@ def main(argv=None):
     t0 = time.time()
     try:
         try:   # the outputs, before any work (fileio.check_output): a folder for the results, one for the packs
-            check_output(args.out, '--out', folder=True)
-            check_output(out, '--out', folder=True)
-            if args.pack:
-                check_output(args.pack, '--pack', folder=True)
+            for path, option in ((args.out, '--out'), (out, '--out'), (args.pack, '--pack')):
+                if path:
+                    check_output(path, option, folder=True)
         except ValueError as e:
             raise SweepError(str(e)) from None
         runs = plan(args.tables, scale, out, args.rows, args.dataset)
@@ -689,7 +673,7 @@ def main(argv=None):
         print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "
               f"in {duration(time.time() - t0)}", file=sys.stderr)
         tables = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures
-        unpacked = pack(runs, args.pack, tables) if args.pack else []
+        unpacked = pack_runs({r.name: r.cfg['out_dir'] for r in runs}, args.pack, tables) if args.pack else []
         met = goal(runs) if args.goal else True
         if failures:
             sys.exit(f"reproduce.py: error: {len(failures)} run(s) failed: " + '; '.join(failures))

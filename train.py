@@ -531,9 +531,8 @@ def eval_and_save(r, nonfinite, start_iter, tokens_per_iter):
                             f"writing a checkpoint, {kept}; resume with a lower --learning_rate, or "
                             f"--divergence_factor=0 to train on")
     improved, r.best_val_loss = val_loss < r.best_val_loss, min(r.best_val_loss, val_loss)
-    # a resume evaluates the iteration its checkpoint holds again; it saves only when that evaluation is new and
-    # improved (a job of a max_minutes chain stopped on an evaluation iteration, before evaluating it): else a
-    # chain whose jobs all stop there would never write best.pt
+    # a resume evaluates its checkpoint's iteration again, and saves when that improved: the evaluation of a job of a
+    # max_minutes chain that stopped there before evaluating it (else such a chain would never write best.pt)
     resumed_here = r.iter_num == start_iter and r.last_saved == r.iter_num
     if (r.iter_num > start_iter and (improved or cfg['always_save_checkpoint'] or r.iter_num == cfg['max_iters'])
             or resumed_here and improved):
