@@ -42,7 +42,7 @@ import tempfile
 import torch
 
 import runs
-from fileio import PrepareError, check_output, mark_folder
+from fileio import PrepareError, check_output, disk_full, disk_full_text, mark_folder, remove_temporaries
 from tokenizer import (EOT_TEXT, GPT2_PAT, gpt2_ranks_file, load_tokenizer, read_tiktoken_ranks, tokenizer_mismatch,
                        transformers_tokenizer)
 
@@ -193,21 +193,30 @@ def export(ckpt, out, force=False):
     tokenizer, note = hf_tokenizer(lm.tokenizer, config.block_size)
     try:
         diff = write_folder(lm, hf, tokenizer, out)
-    except OSError as e:
+    except ValueError:
+        raise
+    except Exception as e:   # safetensors reports a full disk as a SafetensorError, not an OSError
+        if disk_full(e):
+            raise ValueError(f"--out {out}: {disk_full_text(os.path.join(out, 'model.safetensors'))}") from None
+        if not isinstance(e, OSError):
+            raise
         raise ValueError(f"--out {out}: cannot write it ({e.strerror or type(e).__name__}: {e.filename or out}); "
                          f"choose a folder you can write to") from None
     return name, diff, note
 
 
 def write_folder(lm, hf, tokenizer, out):
-    """Write hf (and tokenizer) into a temporary folder beside out, check it, mark it as export_hf.py's
-    (fileio.mark_folder), then rename it to out (an existing out, which check_paths found ours, is removed just
+    """Write hf (and tokenizer) into a temporary folder beside out, marked as export_hf.py's first
+    (fileio.mark_folder: what --force may replace later, and a killed export's leftover the next export of out
+    removes), check it, then rename it to out (an existing out, which check_paths found ours, is removed just
     before). The temporary folder is new (mkdtemp), so removing it on failure removes only what this run wrote.
     Returns the max |logit difference|."""
-    parent = os.path.dirname(os.path.abspath(out))
+    parent, name = os.path.dirname(os.path.abspath(out)), os.path.basename(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f'.{os.path.basename(os.path.abspath(out))}.', suffix='.tmp', dir=parent)
+    remove_temporaries(parent, [f'.{name}.*'], PROGRAM)   # an export of out killed before its rename (its mark)
+    tmp = tempfile.mkdtemp(prefix=f'.{name}.', suffix='.tmp', dir=parent)
     try:
+        mark_folder(tmp, PROGRAM)              # first: a kill leaves a folder the next export may remove
         hf.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
@@ -217,7 +226,6 @@ def write_folder(lm, hf, tokenizer, out):
         diff = logit_difference(lm.model, tmp)
         if not diff <= TOLERANCE:
             raise ValueError(f"the exported model's logits differ from the checkpoint's by {diff:.3g} > {TOLERANCE}")
-        mark_folder(tmp, PROGRAM)              # what --force may replace later
         check_output(out, '--out', folder=True, replace=PROGRAM)   # again: it may have changed since the start
         if os.path.isdir(out):
             shutil.rmtree(out)

@@ -103,13 +103,14 @@ def file_sha256(path: Path) -> str:
 
 
 def disk_full(e: BaseException) -> bool:
-    """Whether a failed write failed because the disk (or the user's quota) is full: OSError ENOSPC / EDQUOT, or
-    the RuntimeError torch.save raises when its writer cannot write ('unexpected pos ...', 'No space left')."""
+    """Whether a failed write failed because the disk (or the user's quota) is full: OSError ENOSPC / EDQUOT, the
+    RuntimeError torch.save raises when its writer cannot write ('unexpected pos ...', 'No space left'), or another
+    library's error that says so (safetensors' SafetensorError: '... No space left on device (os error 28)')."""
     if isinstance(e, OSError):
         return e.errno in (errno.ENOSPC, errno.EDQUOT)
     text = str(e)
-    return isinstance(e, RuntimeError) and ('unexpected pos' in text or 'No space left' in text
-                                            or 'file write failed' in text)
+    return 'No space left' in text or isinstance(e, RuntimeError) and ('unexpected pos' in text
+                                                                       or 'file write failed' in text)
 
 
 def disk_full_text(path) -> str:

@@ -247,6 +247,35 @@ def test_a_users_folder_named_like_a_temporary_one_is_kept(tmp_path, monkeypatch
     assert os.listdir(tmp_path / 'hf.tmp') == ['notes.txt']
 
 
+def test_a_full_disk_and_a_killed_export_leave_nothing_of_theirs(tmp_path, monkeypatch, capsys):
+    """Found attacking issue 36's --force rule: safetensors reports a full disk as its own error (a traceback); and an
+    export killed before its rename left its temporary folder for good. Now: one line, nothing left; the next export
+    of the same --out removes a killed one's folder (it carries export_hf.py's mark from the start), and only that."""
+    ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', **GPT2_STYLE)
+    out = str(tmp_path / 'hf')
+
+    class SafetensorError(Exception):
+        pass
+
+    def full(self, folder, **kw):
+        raise SafetensorError('Error while serializing: I/O error: No space left on device (os error 28)')
+    monkeypatch.setattr(transformers.PreTrainedModel, 'save_pretrained', full)
+    message = one_line_error(['--ckpt', ckpt, '--out', out])
+    assert 'is full' in message and 'free some space' in message
+    assert sorted(os.listdir(tmp_path)) == ['ckpt.pt']
+    monkeypatch.undo()
+    killed = tmp_path / '.hf.k1ll3d.tmp'                 # what a kill after mkdtemp leaves
+    killed.mkdir()
+    (killed / '.written-by').write_text('export_hf.py\n')
+    (killed / 'config.json').write_text('{}')
+    mine = tmp_path / '.hf.notes.tmp'                    # a user's folder of the same shape, without the mark
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('mine')
+    export_hf.main(['--ckpt', ckpt, '--out', out])
+    assert sorted(os.listdir(tmp_path)) == ['.hf.notes.tmp', 'ckpt.pt', 'hf'] and 'wrote' in capsys.readouterr().out
+    assert (mine / 'notes.txt').read_text() == 'mine'
+
+
 def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
     ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', **GPT2_STYLE)
     (tmp_path / 'a_file').write_text('x')
