@@ -214,6 +214,27 @@ def test_best_pt_of_an_fsdp_run_resumes_and_broken_shards_are_one_line(bigram_da
             assert after == before
 
 
+def test_a_chain_job_starting_on_an_evaluation_writes_best_pt_naming_the_shards_it_resumed(bigram_data, tmp_path):
+    """Issue 36, case 5 under fsdp: job 1 stops at iteration 1 (an evaluation iteration, eval_interval=1), job 2
+    evaluates it first and, as it improved, writes ckpt.pt and best.pt there without a second sharded save (the
+    state is the one ckpt.pt's shards hold), then stops at 2: best.pt is iteration 1 and names ckpt.dcp-1, kept
+    beside ckpt.pt's ckpt.dcp-2."""
+    out = str(tmp_path / 'chain')
+    args = tiny(bigram_data, out, '--fsdp=True', '--max_iters=3', '--eval_interval=1', '--warmup_iters=0',
+                '--learning_rate=0.02', '--decay_lr=False', '--init_from=auto', '--max_minutes=1e-9')
+    ranks(2, 'train.py', *args)
+    written = os.stat(os.path.join(out, 'ckpt.dcp-1', '.metadata')).st_mtime_ns
+    ranks(2, 'train.py', *args)
+    assert os.stat(os.path.join(out, 'ckpt.dcp-1', '.metadata')).st_mtime_ns == written   # not saved again
+    evals = {e['iter']: e['val_loss'] for e in map(json.loads, open(os.path.join(out, 'log.jsonl')))
+             if e['event'] == 'eval'}
+    assert sorted(evals) == [0, 1] and evals[1] < evals[0]
+    best = torch.load(os.path.join(out, 'best.pt'), weights_only=False)
+    assert best['iter_num'] == 1 and best['best_val_loss'] == evals[1] and best['sharded']['dir'] == 'ckpt.dcp-1'
+    assert ckpt(out)['iter_num'] == 2 and ckpt(out)['sharded']['dir'] == 'ckpt.dcp-2'
+    assert sorted(e for e in os.listdir(out) if e.startswith('ckpt.dcp')) == ['ckpt.dcp-1', 'ckpt.dcp-2']
+
+
 DISK_FULL = '''import errno, os, sys
 sys.path.insert(0, {root!r})
 import torch.distributed.checkpoint.filesystem as filesystem
