@@ -104,13 +104,16 @@ def pack_run(run_dir, dest, extra=(), limit=PACK_LIMIT):
         raise ValueError(f"the pack of {run_dir} would be {len(data) / 2 ** 20:.1f} MiB > {limit / 2 ** 20:.0f} MiB "
                          f"(largest file {big}, {os.path.getsize(big) / 2 ** 20:.1f} MiB): log less often "
                          f"(--log_interval) or leave it out")
-    folder = os.path.dirname(os.path.abspath(dest))
-    try:
+    folder, tmp = os.path.dirname(os.path.abspath(dest)), None
+    try:   # a unique temporary name: two packs of one row at once do not collide
         os.makedirs(folder, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix='.pack.', delete=False) as f:
+            tmp = f.name
             f.write(data)
-        os.replace(f.name, dest)
+        os.replace(tmp, dest)
     except OSError as e:
+        if tmp is not None and os.path.isfile(tmp):   # a full disk's part of it was left for good
+            os.remove(tmp)
         if disk_full(e):
             raise ValueError(disk_full_text(dest)) from None
         raise ValueError(f"cannot write {dest} ({e.strerror}); choose another --pack folder") from None

@@ -82,12 +82,15 @@ def split_max_token(path, meta, split, rank=0, world=1, device='cpu'):
     if rank != 0:
         return top, None
     stamps[name] = {'size': st.st_size, 'mtime_ns': st.st_mtime_ns, 'sha256': sha.hexdigest(), 'max_token_id': top}
+    tmp = None
     try:   # a unique temporary name: runs starting together on one data folder do not collide
         with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), prefix='.verified.', delete=False) as f:
+            tmp = f.name
             json.dump(stamps, f, indent=1)
-        os.replace(f.name, stamp_path)
-    except OSError:
-        pass
+        os.replace(tmp, stamp_path)
+    except OSError:   # a read-only or full disk: checked again next time; no part of the file left behind
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
     return top, stamps[name]['sha256']
 
 

@@ -213,6 +213,22 @@ def test_a_full_disk_is_one_line_and_keeps_the_last_good_checkpoint(bigram_data,
     assert not any(f.endswith('.tmp') for f in os.listdir(fresh))
 
 
+def test_the_data_check_on_a_full_disk_leaves_no_part_of_its_record(tmp_path, monkeypatch):
+    """Found attacking issue 36's cases: the record of a checked split (.verified.json) written on a full disk left
+    its partial temporary .verified.* file in the data folder for good. Now the check goes on (it runs again next
+    time) and leaves nothing."""
+    data = write_dataset(str(tmp_path / 'd'), n_train=2000, n_val=500)
+    meta = dataset.load_meta(data)
+
+    def dump(obj, f, **kw):
+        f.write('{"part')
+        f.flush()
+        raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(train_data.json, 'dump', dump)
+    train_data.verify_tokens(os.path.join(data, 'val.bin'), meta, 'val', 64)
+    assert sorted(os.listdir(data)) == ['meta.json', 'train.bin', 'val.bin']
+
+
 def test_prepare_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch):
     class Full:
         def __init__(self, path, mode='r'):

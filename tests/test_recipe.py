@@ -118,6 +118,31 @@ def test_pack_over_the_limit_is_refused_and_the_old_pack_kept(tmp_path):
         recipe.pack_run(str(tmp_path / 'empty'), str(tmp_path / 'x.tar.gz'))
 
 
+def test_pack_on_a_full_disk_is_one_line_and_leaves_no_part(tmp_path, monkeypatch):
+    """Found attacking --pack (issue 36): a full disk left the part of the pack that was written as a .pack.* file
+    for good. Now: one line, the earlier pack kept, nothing else in the folder."""
+    import errno
+    d = _run_dir(tmp_path)
+    dest = tmp_path / 'packs' / 'row.tar.gz'
+    dest.parent.mkdir()
+    dest.write_bytes(b'an earlier pack')
+    real = recipe.tempfile.NamedTemporaryFile
+
+    def full(**kw):
+        f = real(**kw)
+        def write(data):
+            f.file.write(data[:10])
+            f.file.flush()
+            raise OSError(errno.ENOSPC, 'No space left on device')
+        f.write = write
+        return f
+    monkeypatch.setattr(recipe.tempfile, 'NamedTemporaryFile', full)
+    with pytest.raises(ValueError) as e:
+        recipe.pack_run(str(d), str(dest))
+    assert 'is full' in str(e.value) and '\n' not in str(e.value)
+    assert os.listdir(dest.parent) == ['row.tar.gz'] and dest.read_bytes() == b'an earlier pack'
+
+
 GOOD_V = {'ppl': 30.0, 'kurtosis_first': 120.0, 'kurtosis_rest': 40.0, 'first_attn_argmax': 0.41}
 GOOD_S = {'ppl': 30.3, 'kurtosis_first': 3.2, 'kurtosis_rest': 3.1, 'first_attn_argmax': 0.02}
 GOOD_QV = {'delta': {'coarse': 2.0, 'zeropoint4': 8.0}}
