@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from devices import agree
-from fileio import mark_folder, ours, temporary
+from fileio import disk_full, disk_full_text, mark_folder, ours, temporary
 from model import GPT, GPTConfig
 from orthoadam import rotated_axes
 from train_config import TrainingError
@@ -120,7 +120,6 @@ def all_finite(model):
 def _failure(e):
     """(the exception, one line of it) of a DCP failure: DCP raises a CheckpointException (a BaseException) carrying
     every rank's (exception, stack) pair; a full disk on any rank is the one named."""
-    from fileio import disk_full
     found = [f[0] if isinstance(f, tuple) else f for f in (getattr(e, 'failures', None) or {}).values()] or [e]
     inner = next((f for f in found if disk_full(f)), found[0])
     return inner, f"{type(inner).__name__}: {' '.join(str(inner).split())[:200]}"
@@ -178,7 +177,6 @@ def save_sharded(model, optimizer, out_dir, iter_num, kept, reuse=False):
 
 
 def _save_error(e, path, kept):
-    from fileio import disk_full, disk_full_text
     if disk_full(e):
         return TrainingError(f"{disk_full_text(path)}; {kept}, continue with --init_from=resume")
     return TrainingError(f"cannot write the sharded checkpoint {path} ({type(e).__name__}: "
