@@ -279,8 +279,9 @@ def test_a_full_disk_during_an_fsdp_save_is_one_line_and_keeps_the_last_checkpoi
     assert ckpt(out)['iter_num'] == 2 and ckpt(out)['sharded']['dir'] == 'ckpt.dcp-2'
     assert os.path.isfile(os.path.join(out, 'ckpt.dcp-2', '.metadata'))
     assert not [e for e in os.listdir(out) if e.endswith('.tmp')], os.listdir(out)
-    if where == 'ckpt.pt':
-        return   # the same state as the other case's: one resume (20 s of torchrun) is enough
+    assert os.path.isdir(os.path.join(out, 'ckpt.dcp-4')) == (where == 'ckpt.pt')   # complete, named by no file
+    if where == 'shards':
+        return   # one resume (20 s of torchrun) is enough: the other case's, which has an unnamed folder to replace
     ranks(2, 'train.py', *args, '--init_from=resume')
     assert ckpt(out)['iter_num'] == 4
     assert sorted(e for e in os.listdir(out) if e.startswith('ckpt.dcp')) == ['ckpt.dcp-4']
