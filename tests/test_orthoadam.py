@@ -355,3 +355,17 @@ def test_fused_kernel_that_cannot_compile_falls_back_with_one_line(monkeypatch, 
     for n, p in params.items():
         want = reference_algorithm1(theta0[n], [g[n] for g in grads], qs[n], **HP)
         torch.testing.assert_close(p.detach().double().flatten(), want, atol=1e-5, rtol=0, msg=n)
+
+
+def test_kernel_plan_refuses_factors_that_do_not_cover_the_axis():
+    """rotate() reads factors covering part of an axis as mats ⊗ I; the fused kernel rotates whole fibres, so its plan
+    says in one line that it cannot take them, instead of rotating the wrong coordinates."""
+    pytest.importorskip('triton')
+    import orthoadam_kernel
+    p = torch.zeros(6, 48)
+    assert orthoadam_kernel.plan(p, (1,), (None, [torch.eye(48)])) == (1, 48, 1)
+    assert orthoadam_kernel.plan(p, (1,), (None, [torch.eye(16), torch.eye(3)])) == (1, 16, 3)
+    for mats, covered in (([torch.eye(16)], 16), ([torch.eye(16), torch.eye(2)], 32)):
+        with pytest.raises(ValueError, match=rf"^orthoadam_kernel.plan: the rotation's factors cover {covered} "
+                                             rf"coordinates of axis 1, which has 48; [^\n]*$"):
+            orthoadam_kernel.plan(p, (1,), (None, mats))
