@@ -49,6 +49,11 @@ def attention_mask(T, prefix, device, S=None):
     return mask
 
 
+# The variants no fused kernel computes: their training path builds the T x T probabilities (attention_probs), which
+# costs more time and memory (reproduce.py's time estimate reads this). Every other variant is fused.
+EAGER = ('clipped', 'sigmoid')
+
+
 def sigmoid_bias(config):
     return -math.log(config.block_size) if config.sigmoid_bias is None else config.sigmoid_bias
 
@@ -57,7 +62,7 @@ def attention(q, k, v, config, dropout_p=0.0, sink=None):
     """Attention output (B, H, T, d) of the training path. sink: attn_bias's learnt (key, value), each
     (1, H, 1, d); None otherwise."""
     prefix = config.causal_free_prefix
-    if config.attn in ('clipped', 'sigmoid'):   # no fused kernel computes these
+    if config.attn in EAGER:
         p = attention_probs(q, k, config)
         return F.dropout(p, dropout_p, training=dropout_p > 0).to(v.dtype) @ v
     if config.attn == 'softmax1' or sink is not None:

@@ -237,7 +237,7 @@ def test_gpu_scale_rows_shapes_and_budgets(tmp_path):
     full = {c: paper(c) for c in t5}
     for config, cfg in t5.items():
         assert (cfg['n_layer'], cfg['n_head'], cfg['n_embd']) == (10, 8, 512)
-        # the recipe's weight decay (recipe.DECOUPLED) reaches the Adam-family rows only: RMSProp and SGD keep 0
+        # the recipe's weight decay (optimizers.DECOUPLED_WEIGHT_DECAY) reaches the Adam-family rows only: RMSProp and SGD keep 0
         coupled = {'weight_decay'} if cfg['optimizer'] in ('sgd', 'rmsprop') else set()
         assert differing(cfg, t5[base]) == differing(full[config], full[base]) | coupled, config
     assert t5['table5/10_sgd']['max_iters'] == 8 * t5[base]['max_iters'] == 8 * 3000
