@@ -3,7 +3,8 @@ that implements them (model.CHOICES, optimizers.OPTIMIZERS, orthoadam.ROTATIONS 
 with what the rest of the code needs to know about each (attention.EAGER: the variants no fused kernel computes);
 train.py's validation and --help and reproduce.py's time estimate read them. A value added there without its
 documentation fails here, naming the page and the row that miss it. (The checks of what each choice computes are in
-test_attention.py, test_model.py, test_orthoadam.py and test_eval_quant.py.)"""
+test_attention.py,
+test_model.py, test_train_step.py, test_orthoadam.py and test_eval_quant.py.)"""
 import os
 import re
 
