@@ -287,11 +287,11 @@ def fmt(value):
 
 
 def table(models, schemes=None):
-    """(header, rows) in the layout of Table 3: model, size, softmax-1?, OrthoAdam?, full, then PPL and Δ
+    """(header, rows) in the layout of Table 3: model, size, attention, optimizer, full, then PPL and Δ
     for each scheme (the union of the models' schemes, in order, unless given)."""
     if schemes is None:
         schemes = list(dict.fromkeys(s for m in models for s in m['delta']))
-    header = ['Model', '#Params', 'S1?', 'OA?', 'full'] + [c for s in schemes for c in (s, 'Δ')]
+    header = ['Model', '#Params', 'Attention', 'Optimizer', 'full'] + [c for s in schemes for c in (s, 'Δ')]
     rows = []
     for m in models:
         rows.append(tables.model_cells(m['label'], m['config']) + [fmt(m['ppl']['full'])]

@@ -310,7 +310,7 @@ def test_cli_table_json_and_markdown(trained, data, tmp_path, capsys):
              '--schemes', 'coarse,fine,zeropoint4,absmax3g8', '--json', out])
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
-    assert lines[0].split() == ['Model', '#Params', 'S1?', 'OA?', 'full', 'coarse', 'Δ', 'fine', 'Δ',
+    assert lines[0].split() == ['Model', '#Params', 'Attention', 'Optimizer', 'full', 'coarse', 'Δ', 'fine', 'Δ',
                                 'zeropoint4', 'Δ', 'absmax3g8', 'Δ']
     assert [line.split()[0] for line in lines[2:4]] == ['clean', 'outlier']
     assert lines[4].startswith(f'{os.path.relpath(data)} val: 40 documents')
