@@ -40,6 +40,13 @@ def sigmoid_attention(s, visible, c):
     return torch.sigmoid(s + b) * visible
 
 
+def softpick(s, visible, c):
+    """Zuhri et al. (2025): ReLU(e^s_i - 1) / (sum_j |e^s_j - 1| + eps) over the visible keys, eps = 1e-8 as in their
+    code; in float64 as written (e^s fits float64 for the logits the tests use)."""
+    e = torch.expm1(s) * visible
+    return torch.relu(e) / (e.abs().sum(-1, keepdim=True) + 1e-8)
+
+
 # attn -> its weights over the real keys, from the float64 scores s (B, H, T, T), the visible mask and the config
 REFERENCES = {
     'softmax': lambda s, visible, c: softmax_with(s, visible),
@@ -47,6 +54,7 @@ REFERENCES = {
     'gated': lambda s, visible, c: softmax_with(s, visible),                   # softmax; the gate is model.py's
     'clipped': clipped_softmax,                                                # clip((zeta - gamma) softmax + gamma, 0, 1)
     'sigmoid': sigmoid_attention,                                              # sigmoid(s + b), not normalised
+    'softpick': softpick,
 }
 
 
@@ -188,6 +196,26 @@ def test_clipped_softmax_reaches_exact_zeros_and_ones():
     k = torch.tensor([[[[0.0, 0.0], [4.0, 0.0]]]])
     p = attention_probs(q, k, cfg)
     assert p[0, 0, 1].tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize('scale', [1e-3, 1.0, 60.0])
+def test_softpick_is_exact_near_zero_and_for_logits_whose_exp_overflows(scale):
+    """Logits of about 1e-3 (where e^s - 1 computed as a difference keeps 4 digits in fp32) and up to about 500 (e^s
+    overflows fp32 past 88): probabilities within 1e-6 of the float64 formula, finite gradients equal to its within
+    1e-5 relative; a row whose visible logits are all <= 0 is exactly zero."""
+    cfg = cfg_for('softpick')
+    x, (q, k, v) = qkv()
+    q = q * scale
+    p = attention_probs(q, k, cfg)
+    ref = reference_probs(q, k, cfg)
+    assert (q @ k.transpose(-2, -1)).abs().max() > {1e-3: 1e-3, 1.0: 1, 60.0: 100}[scale]
+    assert (p.double() - ref).abs().max() <= 1e-6
+    g = torch.randn(v.shape, dtype=torch.float64)
+    got, = torch.autograd.grad(((p.double() @ v.double()) * g).sum(), x, retain_graph=True)
+    want, = torch.autograd.grad(((ref @ v.double()) * g).sum(), x)
+    assert torch.isfinite(got).all() and (got - want).abs().max() <= 1e-5 * want.abs().max()
+    empty = attention_probs(q.abs(), -q.abs(), cfg)      # every logit <= 0
+    assert torch.equal(empty, torch.zeros_like(empty))
 
 
 def test_sigmoid_default_bias_is_minus_log_block_size():
