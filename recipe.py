@@ -32,7 +32,7 @@ PILOT_KEYS = ('windows', 'weight_decay')
 TOKENS_PER_STEP = 32_768   # 128 x 256 (Table 6: 64 x 512, 32 x 1024), as the H100 miniature of the README
 # The GPU sessions this project gets hold one H100 for 15 minutes (the machine's start included), one command for
 # at most 10, and nothing survives a session but files of <= 16 MiB: a row is trained, measured and packed in one
-# session, as two jobs on the warm machine (docs/reproducing.md, "The GPU plan"). The H100 trained the 60M rows at
+# session, as two jobs on the warm machine (docs/gpu-queue.md, tools/gpu_queue.py). The H100 trained the 60M rows at
 # 0.71-0.84 M tokens/s (../shared/gpu-reports/2026-11-23-h100.md), so 10,000 steps (0.33 B tokens) take 6.5-7.7
 # minutes; a pilot's 3,000 steps (0.10 B) about 2.
 STEPS = {'60m': 10_000, '130m': 4_000, 'shaped': 3_000, 'pilot': 3_000}

@@ -73,6 +73,7 @@ class Scale:
 
 
 GPU_SHAPE = dict(n_layer=10, n_head=8, n_embd=512)   # config/gpt2_60m.py
+PROBE_DOCS = 32   # documents of each probe at the gpu scale (the pilots' configs say the same)
 
 
 def gpu_rows(table, cfg):
@@ -84,10 +85,11 @@ def gpu_rows(table, cfg):
         return None                                        # 350M and 1.4B rows
     iters = STEPS['pilot' if table == 'pilots' else 'shaped' if shaped else '60m' if cfg['n_embd'] <= 512 else '130m']
     out = dict(GPU_SHAPE) if shaped else {}
-    evals = 25 if table == 'pilots' else 10                # the pilots' trajectories: a probe every 200 steps
+    probes = 25 if table == 'pilots' else 40     # the trajectory: a probe every 120 (pilots) or 250 (60M) steps
+    # two evaluations and the last: each writes ckpt.pt and best.pt (1.4 GB at 60M), which a GPU session cannot keep
     out.update(recipe_overrides(table, cfg), batch_size=TOKENS_PER_STEP // cfg['block_size'], max_iters=iters,
-               warmup_iters=round(0.06 * iters), lr_decay_iters=0, eval_interval=iters // evals,
-               log_interval=iters // 20)
+               warmup_iters=round(0.06 * iters), lr_decay_iters=0, eval_interval=iters // 2,
+               probe_interval=iters // probes, probe_docs=PROBE_DOCS, log_interval=max(1, iters // 100))
     return out
 
 
@@ -121,7 +123,7 @@ SCALES = {
         max_docs=8, batch_size=4),
 }
 # keys that do not change what a run computes (its weights): runs equal in everything else are one run
-NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'eval_interval', 'probe_docs',
+NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'eval_interval', 'probe_docs', 'probe_interval',
                 'always_save_checkpoint', 'divergence_factor', 'wandb_log', 'wandb_project', 'wandb_run_name',
                 'compile', 'device')
 
@@ -206,13 +208,21 @@ def existing_runs(out):
     return found
 
 
+def row_selected(config, words):
+    """--rows: a WORD that names a row exactly (its config, e.g. table2/gpt2_60m_s1, or the name alone) selects that
+    row alone; any other WORD, every row whose config contains it (gpt2_60m: the four 60M rows)."""
+    names = {c for t in TABLES.values() for r in t.rows for c in (r.config, r.config.split('/')[-1])}
+    return any(config in (word, config.split('/', 1)[0] + '/' + word) if word in names else word in config
+               for word in words)
+
+
 def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
     """The runs the tables need, one per distinct training config, in table order. A row whose training
     config matches a run already in <out>/runs (trained for another table) uses that run."""
     runs, by_identity, existing, left_out = [], {}, existing_runs(out), {}
     for name in tables:
         for row in TABLES[name].rows:
-            if row_filter and not any(word in row.config for word in row_filter):
+            if row_filter and not row_selected(row.config, row_filter):
                 continue
             base = resolve(row.config, [])
             overrides = scaled_overrides(base, scale, row.steps, name)
@@ -604,7 +614,8 @@ def main(argv=None):
     p.add_argument('--scale', default='paper', choices=sorted(SCALES),
                    help='paper (default), gpu (one H100, the sink recipe, a row per 15-minute session), mini (CPU), '
                    'smoke (tests)')
-    p.add_argument('--rows', nargs='+', default=[], metavar='WORD', help='only rows whose config name contains a WORD')
+    p.add_argument('--rows', nargs='+', default=[], metavar='WORD', help='only rows whose config name contains a WORD '
+                   '(a WORD that is a row\'s whole name, e.g. gpt2_60m_s1, selects that row alone)')
     p.add_argument('--nproc', type=int, default=1, help='processes (GPUs) per training run, through torchrun')
     p.add_argument('--jobs', type=int, default=1, help='runs at once (CUDA: each gets its own --nproc GPUs)')
     p.add_argument('--out', default=os.path.join('out', 'reproduce'), help='results root (default out/reproduce)')

@@ -278,19 +278,30 @@ def check_ckpt(c):
         raise ValueError(f"--ckpt {c}: the folder holds no ckpt.pt (pass best.pt's path for the best checkpoint)")
 
 
-def read_log(path):
-    """(train, eval) lists of events from a train.py log.jsonl; a repeated (event, iter) keeps the last line."""
-    events = {}
+def log_events(path):
+    """The events of a train.py log.jsonl with an 'event' and an 'iter', in file order; a torn line is skipped."""
     with open(path) as f:
         for line in f:
             try:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(e, dict) and e.get('event') in ('train', 'eval') and 'iter' in e:
-                events[e['event'], e['iter']] = e
+            if isinstance(e, dict) and 'event' in e and isinstance(e.get('iter'), int):
+                yield e
+
+
+def read_log(path):
+    """(train, eval) lists of events from a train.py log.jsonl; a repeated (event, iter) keeps the last line."""
+    events = {(e['event'], e['iter']): e for e in log_events(path) if e['event'] in ('train', 'eval')}
     by = lambda kind: [events[k] for k in sorted(k for k in events if k[0] == kind)]
     return by('train'), by('eval')
+
+
+def read_probes(path):
+    """The probes of a train.py log.jsonl in iteration order: the 'probe' of every evaluation and every
+    probe_interval event {"event": "probe"}; a repeated iteration (a job that probed it again) keeps the last line."""
+    found = {e['iter']: e for e in log_events(path) if e['event'] in ('eval', 'probe') and isinstance(e.get('probe'), dict)}
+    return [found[k] for k in sorted(found)]
 
 
 def make_folder(path, option):

@@ -87,9 +87,9 @@ def evaluate(model, path, meta, cfg, rank, world, device, autocast):
     # it does not count (n = 0)
     for start in range(0, len(offsets[0::world]) if cfg['fsdp'] else len(mine), B):
         windows = mine[start:start + B] or offsets[:1]
-        xy = torch.from_numpy(np.stack([data[w:w + T + 1] for w in windows]).astype(np.int64))
+        xy = np.stack([data[w:w + T + 1] for w in windows])
         check_tokens(xy, cfg['vocab_size'], path)
-        xy = xy.to(device)
+        xy = torch.from_numpy(xy.astype(np.int64)).to(device)
         with autocast:
             _, loss = model(xy[:, :-1], xy[:, 1:])
         n = len(mine[start:start + B]) * (T - skipped)
@@ -472,6 +472,25 @@ def check_finite(r, nonfinite, when='before'):
                             f"is kept (lower learning_rate or use grad_clip)")
 
 
+def probe_now(r):
+    """The probe (probe_docs > 0) of the weights as they are, on rank 0; under fsdp every rank takes part in
+    gathering a plain copy. Returns its result on rank 0, else None."""
+    cfg = r.cfg
+    if not cfg['probe_docs'] or not (r.master or cfg['fsdp']):   # the other ranks go on and wait at the next collective
+        return None
+    plain = fsdp.plain_copy(r.raw_model, r.model_args, r.device) if cfg['fsdp'] else r.raw_model   # collective
+    return probe(plain, cfg, r.meta, r.paths['val'], r.bos, r.device) if r.master else None
+
+
+def probe_between(r, tokens_per_iter):
+    """probe_interval: the probe alone between evaluations, logged as {"event": "probe", "iter", "tokens",
+    "probe"}; no evaluation, no checkpoint, nothing that changes the run."""
+    measured = probe_now(r)
+    if measured is not None:
+        r.log({'event': 'probe', 'iter': r.iter_num, 'tokens': r.iter_num * tokens_per_iter, 'probe': measured})
+        print(probe_text(r.iter_num, measured), flush=True)
+
+
 def eval_and_save(r, nonfinite, start_iter, tokens_per_iter):
     """The evaluation at an eval_interval (and the last iteration): val loss, the probe, the divergence check, then
     ckpt.pt (and best.pt when it improved). Returns the result of the run so far."""
@@ -480,15 +499,14 @@ def eval_and_save(r, nonfinite, start_iter, tokens_per_iter):
     val_loss, val_ppl, n = evaluate(r.model, r.paths['val'], r.meta, cfg, r.rank, r.world, r.device, r.autocast)
     event = {'event': 'eval', 'iter': r.iter_num, 'val_loss': val_loss, 'val_ppl': val_ppl, 'val_tokens': n,
              'tokens': r.iter_num * tokens_per_iter}
-    if cfg['probe_docs'] and (r.master or cfg['fsdp']):   # the other ranks go on and wait at the next collective
-        plain = fsdp.plain_copy(r.raw_model, r.model_args, r.device) if cfg['fsdp'] else r.raw_model   # collective
-        if r.master:
-            event['probe'] = probe(plain, cfg, r.meta, r.paths['val'], r.bos, r.device)
+    measured = probe_now(r)
+    if measured is not None:
+        event['probe'] = measured
     r.log(event)
     if r.master:
         print(f"eval iter {r.iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
-    if 'probe' in event:
-        print(probe_text(r.iter_num, event['probe']))
+    if measured is not None:
+        print(probe_text(r.iter_num, measured))
     factor = cfg['divergence_factor']
     if not math.isfinite(val_loss) or (factor and val_loss > r.best_val_loss + math.log(factor)):
         r.log({'event': 'diverged', 'iter': r.iter_num, 'val_loss': val_loss, 'best_val_loss': r.best_val_loss,
@@ -545,6 +563,8 @@ def training_loop(r, stop, tokens_per_iter):
     while True:
         if r.iter_num % cfg['eval_interval'] == 0 or r.iter_num == cfg['max_iters']:
             result = eval_and_save(r, nonfinite, start_iter, tokens_per_iter)
+        elif cfg['probe_interval'] and r.iter_num % cfg['probe_interval'] == 0:
+            probe_between(r, tokens_per_iter)
         # save_every: the series ckpt_<iter>.pt, after this iteration's evaluation passed (and at the iteration a
         # resume starts from, when its file is missing: a kill between ckpt.pt and it, or save_every set on resume)
         kept_path = os.path.join(cfg['out_dir'], f'ckpt_{r.iter_num}.pt')

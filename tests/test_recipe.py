@@ -35,9 +35,10 @@ def test_gpu_scale_applies_the_recipe_to_every_row_and_pilots_keep_their_levers(
     assert {(c['windows'], c['weight_decay']) for c in pilots.values()} == {
         (w, d) for w in ('random', 'document') for d in (0.1, 0.5)}
     assert pilots['pilots/bos1_wd05']['windows'] == 'document' and pilots['pilots/bos0_wd01']['weight_decay'] == 0.1
-    for c in pilots.values():   # vanilla 60M otherwise, probed at 25 evaluations
+    for c in pilots.values():   # vanilla 60M otherwise, probed 25 times (between two evaluations and the last)
         assert (c['n_layer'], c['n_embd'], c['attn'], c['optimizer']) == (10, 512, 'softmax', 'adamw')
-        assert c['learning_rate'] == 1e-3 and c['max_iters'] // c['eval_interval'] == 25 and c['probe_docs'] == 32
+        assert c['learning_rate'] == 1e-3 and c['max_iters'] // c['probe_interval'] == 25 and c['probe_docs'] == 32
+        assert c['max_iters'] // c['eval_interval'] == 2
     mini = {r.config: r.cfg for r in reproduce.plan(['pilots'], reproduce.SCALES['mini'], str(tmp_path))}
     assert {(c['windows'], c['weight_decay']) for c in mini.values()} == set(
         (c['windows'], c['weight_decay']) for c in pilots.values())   # the mini scale's windows do not override

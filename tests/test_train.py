@@ -103,6 +103,28 @@ def test_probes_and_evaluations_do_not_change_the_run(bigram_data, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_probe_interval_probes_between_evaluations_without_changing_the_run(bigram_data, tmp_path):
+    """probe_interval=1 with eval_interval=2: 'probe' events at the odd iterations, equal to the probes of a run that
+    evaluates at every iteration (the same weights, measured the same way), and the same weights and losses as a run
+    without probes; read_probes merges both kinds in iteration order."""
+    common = ('--dropout=0.1', '--max_iters=4', '--windows=document', '--probe_docs=4', '--log_interval=1')
+    between, every, none = (str(tmp_path / n) for n in ('between', 'every', 'none'))
+    train.train(config(bigram_data, between, *common, '--eval_interval=2', '--probe_interval=1'))
+    train.train(config(bigram_data, every, *common, '--eval_interval=1'))
+    train.train(config(bigram_data, none, *common, '--eval_interval=2', '--probe_docs=0'))
+    events = [json.loads(line) for line in open(os.path.join(between, 'log.jsonl'))]
+    probes = {e['iter']: e for e in events if e['event'] == 'probe'}
+    assert sorted(probes) == [1, 3] and all('val_loss' not in e for e in probes.values())
+    evals = {e['iter']: e for e in map(json.loads, open(os.path.join(every, 'log.jsonl'))) if e['event'] == 'eval'}
+    for i in (1, 3):
+        assert probes[i]['probe'] == evals[i]['probe'] and probes[i]['tokens'] == evals[i]['tokens']
+    assert [e['iter'] for e in runs.read_probes(os.path.join(between, 'log.jsonl'))] == [0, 1, 2, 3, 4]
+    losses = lambda out: [e['loss'] for e in map(json.loads, open(os.path.join(out, 'log.jsonl'))) if e['event'] == 'train']
+    assert losses(between) == losses(none)
+    a, b = final_weights(between), final_weights(none)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_probe_docs_zero_logs_no_probe(bigram_data, tmp_path):
     out = str(tmp_path / 'off')
     train.train(config(bigram_data, out, '--probe_docs=0', '--max_iters=2'))
