@@ -38,7 +38,7 @@ Conventions (all metrics on the hidden state after each block's residual additio
   first_attn_mass    mean over (query > 0, head) of the attention probability on key 0.
   attn_nowhere       mean over (query > 0, head) of max(0, 1 - row sum): softmax-1's mass that went nowhere
                (0 for softmax; attn_bias, sink_token: the mass on the sink; an empty row counts 1).
-  attn_empty         fraction of (query > 0, head) pairs whose row has no mass at all (0 for every softmax variant).
+  attn_empty         fraction of (query > 0, head) pairs whose row has no mass at all (0 for softmax, softmax-1, gated).
   sink_rate    the attention-sink metric of Gu et al. (2024, "When Attention Sink Emerges"): per document, layer
                and head, alpha = the mean over every query t = 0..T-1 of the document (query 0 included, as in
                their formula) of the probability on key 0; sink_rate = the share of (document, layer, head)
