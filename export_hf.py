@@ -9,7 +9,7 @@ Only models that a stock transformers architecture computes exactly are exported
   LlamaForCausalLM  norm='rmsnorm', pos_emb='rotary', mlp='swiglu', grouped-query attention, rope_base,
                     bias True or False (attention_bias and mlp_bias), tied or untied head;
 both with attn='softmax', attn_bias=False, sink_token=False and causal_free_prefix=0. Anything else (softmax-1,
-the attention bias, clipped, gated or sigmoid attention, the sink token, RMSNorm-S, no positions, a free prefix, a
+every other attention (model.CHOICES), the attention bias, the sink token, RMSNorm-S, no positions, a free prefix, a
 mix such as LayerNorm with rotary positions, GPT-2 without biases) is refused in one line naming what does not fit:
 it would need modeling code of its own, loaded with trust_remote_code=True, which this repository does not write
 (docs/public-models.md, "Export to Hugging Face", says why). analyze.py, eval_quant.py and lm_eval_adapter.py evaluate every

@@ -42,16 +42,14 @@ PACK_LIMIT = 16 * 2 ** 20   # bytes: what one file back from the device machine 
 PACK_FILES = ('analysis.json', 'quant.json', 'log.jsonl', 'reproduce.json', 'config.json', 'train.out')
 
 
-# decoupled weight decay (theta *= 1 - lr * wd): the optimizers where wd 0.5 means what Gu et al. measured. RMSProp's
-# and SGD's is torch's coupled L2 term, which at their learning rates would be another experiment: those rows keep 0.
-DECOUPLED = ('adamw', 'orthoadam', 'muon')
-
-
 def recipe_overrides(table, cfg):
     """The recipe's config keys for a row of `table` whose resolved config is `cfg` (None values: the row's own;
-    the pilots keep the keys they vary; weight decay only with a DECOUPLED optimizer)."""
+    the pilots keep the keys they vary). Weight decay only with an optimizer whose decay is decoupled
+    (optimizers.DECOUPLED_WEIGHT_DECAY), where wd 0.5 means what Gu et al. measured; RMSProp's and SGD's is torch's
+    coupled L2 term, which at their learning rates would be another experiment: those rows keep 0."""
+    from optimizers import DECOUPLED_WEIGHT_DECAY   # imports torch: only when planning, as train_config does
     return {k: v for k, v, _ in RECIPE if v is not None and not (table == 'pilots' and k in PILOT_KEYS)
-            and not (k == 'weight_decay' and cfg['optimizer'] not in DECOUPLED)}
+            and not (k == 'weight_decay' and cfg['optimizer'] not in DECOUPLED_WEIGHT_DECAY)}
 
 
 # ----------------------------------------------------------------------------- a row's state

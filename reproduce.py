@@ -293,9 +293,10 @@ RUN_OVERHEAD_S = 90   # compilation, the final evaluation, analyze.py and eval_q
 
 
 def expected_seconds(run):
-    """One run's expected wall time on one H100: its training FLOPs at H100_MFU, eager attention (clipped,
-    sigmoid: the T x T matrix) at half that, plus RUN_OVERHEAD_S."""
+    """One run's expected wall time on one H100: its training FLOPs at H100_MFU, eager attention (attention.EAGER:
+    the T x T matrix) at half that, plus RUN_OVERHEAD_S."""
     import torch
+    from attention import EAGER
     from model import GPT, GPTConfig
     from train_config import MODEL_KEYS
     vocab = load_meta(data_dir(run.cfg['dataset']))['vocab_size']
@@ -304,7 +305,7 @@ def expected_seconds(run):
     c = run.cfg
     tokens = c['max_iters'] * c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size']
     rate = H100_MFU * 989e12 / model.flops_per_token(c['block_size'])
-    return tokens / rate * (2 if c['attn'] in ('clipped', 'sigmoid') else 1) + RUN_OVERHEAD_S, tokens
+    return tokens / rate * (2 if c['attn'] in EAGER else 1) + RUN_OVERHEAD_S, tokens
 
 
 def describe(runs, scale: Scale):

@@ -1,7 +1,8 @@
 """A run folder (train.py's out_dir) and the models in it: the file names (ckpt.pt, best.pt, log.jsonl,
 config.json), the lock, atomic checkpoint saves that leave the last good checkpoint intact on a full disk, reading
-checkpoints and log.jsonl back, and loading a model for measurement (load_model: a checkpoint, a Hugging Face
-model or a GGUF file) with the dataset it was trained on."""
+checkpoints and log.jsonl back, what a resume may change of a checkpoint's config (check_resume), and loading a model
+for measurement (load_model: a checkpoint, a Hugging Face model or a GGUF file) with the dataset it was trained on, or
+for training (public_model: init_from='hf:...')."""
 import json
 import os
 import socket
@@ -18,8 +19,9 @@ except ImportError:  # Windows: runs go unlocked, with a warning
 from dataset import load_meta, resolve_dataset
 from fileio import PrepareError, check_output, remove_temporaries, temporary
 from model import GPT, GPTConfig, load_hf
-from tokenizer import load_tokenizer
-from train_config import TrainingError
+from tokenizer import load_tokenizer, tokenizer_mismatch
+from train_config import DEFAULTS, PUBLIC_MODEL_KEYS, RESUME_IGNORED, RESUME_MUST_MATCH, TrainingError
+from train_data import data_identity
 
 
 def check_out_dir(out_dir):
@@ -157,6 +159,32 @@ def check_model_args(path, ckpt, model_args):
         desc = ', '.join(f"{k}: checkpoint {a!r} vs requested {b!r}" for k, (a, b) in diff.items())
         raise TrainingError(f"checkpoint {path} was trained with another model config ({desc}); "
                             f"use the checkpoint's settings or another out_dir")
+
+
+def check_resume(cfg, ckpt, meta):
+    """Compare a resume's config with the checkpoint's. Raises a one-line TrainingError listing every key
+    of RESUME_MUST_MATCH that differs (and a change of the data itself); otherwise returns the changes,
+    [(key, old, new)], of RESUME_MAY_CHANGE keys. The schedule's horizon: lr_decay_iters=0 keeps the
+    checkpoint's (resolved) value, so a larger max_iters prolongs the run at min_lr instead of silently
+    stretching the cosine; an explicit lr_decay_iters is a change like any other."""
+    saved = {**DEFAULTS, **(ckpt.get('config') or {}), **ckpt['model_args']}   # keys newer than the checkpoint: defaults
+    saved['lr_decay_iters'] = saved['lr_decay_iters'] or saved['max_iters']
+    if cfg['lr_decay_iters'] == 0:
+        cfg['lr_decay_iters'] = saved['lr_decay_iters']
+    differ = [k for k in DEFAULTS if k not in RESUME_IGNORED and saved[k] != cfg[k]]
+    errors = [f"{k}: checkpoint {saved[k]!r} vs requested {cfg[k]!r}" for k in differ if k in RESUME_MUST_MATCH]
+    old_data = (ckpt.get('data') or {}).get('identity')
+    if old_data is not None and old_data != data_identity(meta):
+        new_data = data_identity(meta)
+        errors.append(f"data {cfg['dataset']}: " + ', '.join(f"{k} {old_data.get(k)!r} -> {new_data.get(k)!r}"
+                                                            for k in new_data if old_data.get(k) != new_data.get(k)))
+    elif old_data is None and 'dataset' in differ:   # a checkpoint without the data's identity: the path must match
+        errors.append(f"dataset: checkpoint {saved['dataset']!r} vs requested {cfg['dataset']!r}")
+    if errors:
+        raise TrainingError(f"cannot resume {os.path.join(cfg['out_dir'], 'ckpt.pt')} with another config "
+                            f"({'; '.join(errors)}); these must match what the checkpoint was trained with "
+                            f"(RESUME_MUST_MATCH in train_config.py): use its values or another --out_dir")
+    return [(k, saved[k], cfg[k]) for k in differ]
 
 
 HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
@@ -303,3 +331,26 @@ def make_folder(path, option):
     """Create the output folder of `option` (and its parents), or say in one line why it cannot be made
     (fileio.check_output)."""
     check_output(path or '.', option, folder=True, make=True)
+
+
+def public_model(cfg, meta):
+    """init_from='hf:NAME_OR_DIR' or 'hf:FILE.gguf': a GPT holding the public model's weights (GPT.from_hf). The
+    model keys it fixes (PUBLIC_MODEL_KEYS) are written into cfg; attn, dropout, block_size and causal_free_prefix
+    stay the config's, so e.g. attn='softmax1' fine-tunes the pretrained weights with softmax-1. The data must be
+    tokenised with the model's own tokenizer (prepare_c4.py --tokenizer hf:...)."""
+    spec = cfg['init_from'][3:]
+    try:
+        hf = load_hf(spec)
+        pretrained = GPT.from_hf(hf, block_size=cfg['block_size'])
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
+    try:
+        mismatch = tokenizer_mismatch(meta.get('tokenizer_info'), load_tokenizer(f'hf:{spec}').record())
+    except PrepareError:
+        mismatch = None    # the model came without a tokenizer: only the vocabulary bound is checked
+    if mismatch:
+        raise TrainingError(f"{resolve_dataset(cfg['dataset'])} does not fit {spec}: {mismatch}; prepare the data with "
+                            f"python prepare_c4.py --tokenizer hf:{spec} ... and point --dataset at it")
+    for k in PUBLIC_MODEL_KEYS:
+        cfg[k] = getattr(pretrained.config, k)
+    return pretrained

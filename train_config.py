@@ -1,9 +1,13 @@
 """train.py's config schema in one place: every key with its default (DEFAULTS), allowed values (CHOICES),
 numeric range (RANGES) and --help line (HELP); what a resume may change (RESUME_*); and TrainingError, the
-one-line error that ends a run. configurator.py checks a config against these; reproduce.py and bench.py read them."""
+one-line error that ends a run. configurator.py checks a config against these; reproduce.py and bench.py read them.
+The choices of the model, optimizer and rotation keys are those of the modules that implement them (model.CHOICES,
+optimizers.OPTIMIZERS, orthoadam.ROTATIONS and AXES): a value added there is valid here."""
 from dataclasses import fields
 
+import orthoadam
 from model import CHOICES as MODEL_CHOICES, GPTConfig
+from optimizers import OPTIMIZERS
 
 
 DEFAULTS = dict(
@@ -35,9 +39,9 @@ DEFAULTS = dict(
 CHOICES = dict(
     MODEL_CHOICES,
     windows=('random', 'document'),
-    optimizer=('adamw', 'orthoadam', 'rmsprop', 'sgd', 'muon'),
-    orthoadam_rotation=('hadamard', 'haar'),
-    orthoadam_axes=('all', 'residual'),
+    optimizer=OPTIMIZERS,
+    orthoadam_rotation=orthoadam.ROTATIONS,
+    orthoadam_axes=orthoadam.AXES,
     orthoadam_vocab_axis=('skip', 'rotate'),
     dtype=('auto', 'float32', 'bfloat16', 'float16'),
 )
@@ -93,7 +97,8 @@ HELP = dict(
     momentum='SGD and RMSProp momentum (0 = none)', grad_clip='global gradient-norm clipping (0 = off)',
     muon_lr="optimizer='muon': peak lr of Muon's matrices (the rest: learning_rate)",
     muon_momentum="optimizer='muon': Muon's (Nesterov) momentum",
-    orthoadam_rotation='OrthoAdam per-axis rotation', orthoadam_axes='OrthoAdam: rotate the residual axes or all',
+    orthoadam_rotation="OrthoAdam per-axis rotation ('identity': Q = I)",
+    orthoadam_axes="OrthoAdam: rotate the residual axes, all, or none (AdamW's arithmetic)",
     orthoadam_vocab_axis="OrthoAdam with axes='all': the embedding's vocabulary axis",
     orthoadam_seed='seed of the OrthoAdam rotations',
     max_iters='iterations to train',

@@ -95,9 +95,7 @@ def test_tiktoken_vocabulary_gives_tiktokens_ids(tmp_path):
     assert tok.eos_token_id == len(ranks)
 
 
-def test_gpt2_tokenizer_gives_gpt2_ids(tmp_path):
-    if tokenizer_lib.gpt2_ranks_file() is None:
-        pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see docs/data.md)')
+def test_gpt2_tokenizer_gives_gpt2_ids(tmp_path, gpt2_ranks):
     ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', tokenizer='gpt2', n_embd=16, **GPT2_STYLE)
     export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf')])
     tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'hf'))

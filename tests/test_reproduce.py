@@ -185,23 +185,34 @@ def test_iters_override_keeps_the_sgd_rows_factor(tmp_path):
     assert '--warmup_iters=2 ' in sgd and '--warmup_iters=2 ' in adam      # the same warmup for every row
 
 
-# the one thing each mitigations row changes against config/mitigations/base.py
-MITIGATIONS = {'01_vanilla': {}, '02_softmax1': {'attn': 'softmax1'}, '03_clipped': {'attn': 'clipped'},
-               '04_gated': {'attn': 'gated'}, '05_sigmoid': {'attn': 'sigmoid'}, '06_attn_bias': {'attn_bias': True},
-               '07_sink_token': {'sink_token': True}, '08_orthoadam': {'optimizer': 'orthoadam'},
-               '09_muon': {'optimizer': 'muon'}, '10_softmax1_orthoadam': {'attn': 'softmax1', 'optimizer': 'orthoadam'},
-               '11_clipped_orthoadam': {'attn': 'clipped', 'optimizer': 'orthoadam'}}
+def named_fix(name):
+    """What a mitigations row's file name says it changes against base.py: '10_softmax1_orthoadam' -> attn softmax1 and
+    optimizer orthoadam; '06_attn_bias' -> attn_bias; '01_vanilla' -> nothing."""
+    from model import CHOICES
+    from optimizers import OPTIMIZERS
+    words, fix = name.split('_', 1)[1], {}
+    for flag in ('attn_bias', 'sink_token'):
+        if flag in words:
+            fix[flag], words = True, words.replace(flag, '')
+    for word in filter(None, words.split('_')):
+        key = 'attn' if word in CHOICES['attn'] else 'optimizer' if word in OPTIMIZERS else None
+        assert key or word == 'vanilla', f"config/mitigations/{name}.py: '{word}' names no attention or optimizer"
+        if key:
+            fix[key] = word
+    return fix
 
 
 def test_mitigation_rows_differ_from_one_base_only_in_their_fix():
+    """Every file of config/mitigations/ is a row, in order, and changes against base.py exactly what its name says."""
     base = reproduce.resolve('mitigations/base', [])
     assert (base['attn'], base['optimizer'], base['norm'], base['bias'], base['max_iters']) == (
         'softmax', 'adamw', 'rmsnorm_single', False, 40_000)
     rows = reproduce.TABLES['mitigations'].rows
-    assert [r.config.split('/')[1] for r in rows] == list(MITIGATIONS)
+    files = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, 'config', 'mitigations')) if f[:2].isdigit())
+    assert [r.config.split('/')[1] for r in rows] == files
     for row in rows:
         cfg = paper(row.config)
-        assert {k: cfg[k] for k in differing(cfg, base)} == MITIGATIONS[row.config.split('/')[1]], row.config
+        assert {k: cfg[k] for k in differing(cfg, base)} == named_fix(row.config.split('/')[1]), row.config
         assert row.paper == () and not any(c[4] for c in reproduce.TABLES['mitigations'].columns)
 
 
@@ -237,12 +248,12 @@ def test_gpu_scale_rows_shapes_and_budgets(tmp_path):
     full = {c: paper(c) for c in t5}
     for config, cfg in t5.items():
         assert (cfg['n_layer'], cfg['n_head'], cfg['n_embd']) == (10, 8, 512)
-        # the recipe's weight decay (recipe.DECOUPLED) reaches the Adam-family rows only: RMSProp and SGD keep 0
+        # the recipe's weight decay (optimizers.DECOUPLED_WEIGHT_DECAY) reaches the Adam-family rows only: RMSProp and SGD keep 0
         coupled = {'weight_decay'} if cfg['optimizer'] in ('sgd', 'rmsprop') else set()
         assert differing(cfg, t5[base]) == differing(full[config], full[base]) | coupled, config
     assert t5['table5/10_sgd']['max_iters'] == 8 * t5[base]['max_iters'] == 8 * 3000
     mit = reproduce.plan(['mitigations'], s, str(tmp_path))
-    assert len(mit) == 11 and all(r.cfg['n_embd'] == 512 for r in mit)
+    assert len(mit) == len(reproduce.TABLES['mitigations'].rows) and all(r.cfg['n_embd'] == 512 for r in mit)
 
 
 def test_gpu_scale_dry_run_prints_data_tokens_and_expected_time(bb, tmp_path):

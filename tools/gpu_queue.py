@@ -439,14 +439,14 @@ def cmd_run(args):
                          f"device command runs at most 10)")
     if not args.mini and importlib.util.find_spec('torch') and not __import__('torch').cuda.is_available():
         raise QueueError("no CUDA GPU here: the queue's items run on a GPU machine; --mini runs the CPU miniature")
+    out = check_out(args.out, args.work)   # before any work: a wrong --out is one line, whatever data/ holds
     dataset = os.path.abspath(args.dataset) if args.dataset else None
     if args.mini and dataset is None:   # the miniature's data: the synthetic task, made here when missing
         dataset = os.path.join(ROOT, 'data', 'bigram_backcopy')
         if not os.path.isfile(os.path.join(dataset, 'meta.json')):
             from dataset import prepare_bigram_backcopy
             prepare_bigram_backcopy(dataset)
-    call = Call(item, check_out(args.out, args.work), args.minutes, args.mini, args.commit or git_head(),
-                os.path.abspath(args.work), dataset)
+    call = Call(item, out, args.minutes, args.mini, args.commit or git_head(), os.path.abspath(args.work), dataset)
     try:
         complete = {'rows': lambda: run_rows(call, args.job_minutes), 'tests': lambda: run_tests(call),
                     'bench': lambda: run_bench(call)}[item.kind]()
