@@ -32,10 +32,13 @@ Conventions (all metrics on the hidden state after each block's residual additio
   max_abs      per document: max_d |X_{m,0,d}| (first), max over d and all rest positions (rest);
                averaged over documents (a document of one token has no rest).
   first_attn_argmax  fraction of (query, head) pairs, query > 0 (query 0 can only see itself), whose
-               most-attended real key is key 0 (ties go to key 0).
+               most-attended real key is key 0 (ties go to key 0), among the pairs whose row has some mass: a row of
+               zeros (softpick, clipped softmax can give one) has no most-attended key and is left out (per layer:
+               the layer's such pairs; per head: the head's, NaN if it has none).
   first_attn_mass    mean over (query > 0, head) of the attention probability on key 0.
   attn_nowhere       mean over (query > 0, head) of max(0, 1 - row sum): softmax-1's mass that went nowhere
-               (0 for softmax; attn_bias, sink_token: the mass on the sink).
+               (0 for softmax; attn_bias, sink_token: the mass on the sink; an empty row counts 1).
+  attn_empty         fraction of (query > 0, head) pairs whose row has no mass at all (0 for softmax, softmax-1, gated).
   sink_rate    the attention-sink metric of Gu et al. (2024, "When Attention Sink Emerges"): per document, layer
                and head, alpha = the mean over every query t = 0..T-1 of the document (query 0 included, as in
                their formula) of the probability on key 0; sink_rate = the share of (document, layer, head)
@@ -61,11 +64,12 @@ created before any model runs):
   optimizer, iter_num, dataset), data {dir, split, tokenizer, source, stand_in_for_c4, max_docs,
   documents, positions, predicted_tokens, block_size, bos},
   ppl, kurtosis_first, kurtosis_rest, max_abs_first, max_abs_rest, norm_ratio_first, norm_ratio_rest,
-  first_attn_argmax, first_attn_mass, attn_nowhere, sink_rate (fractions in [0, 1]), sink_eps (the threshold
+  first_attn_argmax, first_attn_mass, attn_nowhere, attn_empty, sink_rate (fractions in [0, 1]), sink_eps (the threshold
   sink_rate used), kurtosis_norm_ratio_corr_first, kurtosis_norm_ratio_corr_rest,
   sink_kurtosis, sink_max_abs, sink_attn_mass, sink_attn_argmax (sink-token models only),
   per_layer {each metric above except ppl and the correlations: a list of M floats, layer 1 first},
-  per_head {first_attn_argmax, first_attn_mass, attn_nowhere, sink_rate (and sink_attn_*): M lists of H floats}.
+  per_head {first_attn_argmax, first_attn_mass, attn_nowhere, attn_empty, sink_rate (and sink_attn_*): M lists of H
+  floats}.
   provenance (provenance.py: git commit, corpus manifest sha256, versions, device).
   max_abs is in the units of the hidden state; a NaN is written as null; model and data.dir are relative to the
   working directory (no absolute path).
@@ -129,7 +133,7 @@ def main(argv=None):
                 if not os.path.isfile(log):
                     raise ValueError(f"--trajectories {run}: no such file {log} (pass train.py's out_dir or its log.jsonl)")
             labels = unique_labels([run_label(os.path.dirname(os.path.abspath(log))) for log in logs])
-            os.makedirs(args.plots, exist_ok=True)
+            make_folder(args.plots, '--plots')
             path = plot_trajectories(list(zip(labels, logs)), os.path.join(args.plots, 'trajectories.png'))
             if path is None:
                 raise ValueError(f"no evaluation in {', '.join(logs)} has a probe: train with --probe_docs=N (N > 0)")

@@ -15,6 +15,7 @@ Variants (GPTConfig.attn, GPTConfig.attn_bias):
   gated      softmax attention; the model multiplies each head's output by its gate (model.py).
   clipped    clip((zeta - gamma) softmax(s) + gamma, 0, 1) (Bondarenko et al., 2023): eager, T x T.
   sigmoid    sigmoid(s + b) without normalisation (Ramapuram et al., 2024): eager, T x T.
+  softpick   ReLU(exp(s_i) - 1) / (sum_j |exp(s_j) - 1| + eps) (Zuhri et al., 2025): eager, T x T (softpick()).
 Every variant is causal; the first `causal_free_prefix` tokens also see each other.
 
 The sink route. Softmax over the real keys plus one key of logit c (per query) and value u equals
@@ -49,6 +50,11 @@ def attention_mask(T, prefix, device, S=None):
     return mask
 
 
+# The variants no fused kernel computes: their training path builds the T x T probabilities (attention_probs), which
+# costs more time and memory (reproduce.py's time estimate reads this). Every other variant is fused.
+EAGER = ('clipped', 'sigmoid', 'softpick')
+
+
 def sigmoid_bias(config):
     return -math.log(config.block_size) if config.sigmoid_bias is None else config.sigmoid_bias
 
@@ -57,7 +63,7 @@ def attention(q, k, v, config, dropout_p=0.0, sink=None):
     """Attention output (B, H, T, d) of the training path. sink: attn_bias's learnt (key, value), each
     (1, H, 1, d); None otherwise."""
     prefix = config.causal_free_prefix
-    if config.attn in ('clipped', 'sigmoid'):   # no fused kernel computes these
+    if config.attn in EAGER:
         p = attention_probs(q, k, config)
         return F.dropout(p, dropout_p, training=dropout_p > 0).to(v.dtype) @ v
     if config.attn == 'softmax1' or sink is not None:
@@ -145,6 +151,8 @@ def attention_probs(q, k, config, sink=None, hide_first=None):
     if config.attn == 'clipped':
         zeta, gamma = config.clip_zeta, config.clip_gamma
         return ((zeta - gamma) * torch.softmax(scores, dim=-1) + gamma).clamp(0.0, 1.0)
+    if config.attn == 'softpick':
+        return softpick(scores, visible)
     if config.attn != 'softmax1' and sink is None:
         return torch.softmax(scores, dim=-1)
     # exp(s_i) / (exp(c) + sum_j exp(s_j)), stabilised by m = max(row max, c) so that neither term overflows
@@ -152,6 +160,25 @@ def attention_probs(q, k, config, sink=None, hide_first=None):
     m = torch.maximum(scores.amax(dim=-1, keepdim=True), c)
     e = torch.exp(scores - m)
     return e / (torch.exp(c - m) + e.sum(dim=-1, keepdim=True))
+
+
+SOFTPICK_EPS = 1e-8   # softpick's eps (Zuhri et al.'s code)
+
+
+def softpick(scores, visible):
+    """ReLU(e^s_i - 1) / (sum_j |e^s_j - 1| + eps) over the visible keys j, exact for any logits. With m = max(0, the
+    row's largest visible logit), e^s - 1 = e^m t(s), t(s) = e^(s - m) - e^(-m), so that
+        p_i = ReLU(t_i) / (sum_j |t_j| + eps e^(-m)),
+    the same numbers with every term in [-1, 1] (no overflow; e^m cancels, eps scaled with it). Near s = 0,
+    e^(s - m) - e^(-m) would cancel to a few correct digits, so t is taken as a product of factors known to full
+    relative precision: e^(-m) expm1(s) for s <= 0 and -e^(s - m) expm1(-s) for s > 0 (each branch is fed the
+    other's values clamped to 0, so that neither makes an inf or a NaN for autograd). A row whose visible logits
+    are all <= 0 is all zeros: the query attends nowhere. scores: fp32, -inf where not visible."""
+    m = scores.amax(dim=-1, keepdim=True).clamp_min(0).detach()   # p does not depend on m: no gradient through it
+    below, above = scores.clamp_max(0), scores.clamp_min(0)
+    t = torch.where(scores > 0, -torch.exp(above - m) * torch.expm1(-above), torch.exp(-m) * torch.expm1(below))
+    t = t.masked_fill(~visible, 0.0)
+    return torch.relu(t) / (t.abs().sum(dim=-1, keepdim=True) + SOFTPICK_EPS * torch.exp(-m))
 
 
 def extra_key_attention(q, k, v, prefix=0, dropout_p=0.0, sink=None):

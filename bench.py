@@ -58,7 +58,7 @@ from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
 from devices import peak_flops
 from bench_report import attn_key, derive, report, spread, unreliable
-from fileio import write_json
+from fileio import check_output, write_json
 from optimizers import configure_optimizer
 from train_config import DEFAULTS
 
@@ -451,6 +451,11 @@ def main(argv=None):
         parser.error(f"--grad_accum={args.grad_accum!r}: allowed a comma-separated list of positive integers")
     if args.repeats < 0:
         parser.error(f"--repeats={args.repeats}: must be >= 0 (0 = the device's default)")
+    if args.json:   # before the benchmark, not after it (fileio.check_output)
+        try:
+            check_output(args.json, '--json', make=True)
+        except ValueError as e:
+            parser.error(str(e))
     sections = [s for s in args.sections.split(',') if s]
     if not sections or any(s not in SECTIONS for s in sections):
         parser.error(f"--sections={args.sections!r}: allowed a comma-separated subset of {','.join(SECTIONS)}")

@@ -19,6 +19,8 @@ import os
 import re
 import types
 
+from fileio import temporary
+
 
 class ConfigError(ValueError):
     """A one-line, user-facing configuration error."""
@@ -131,7 +133,12 @@ def describe(defaults, meanings, choices=None, ranges=None):
 
 def save_config(config, path):
     """Write the resolved configuration as JSON (atomically)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, 'w') as f:
-        json.dump(config, f, indent=2, sort_keys=True, default=str)
-    os.replace(tmp, path)
+    tmp = temporary(path)
+    try:
+        with open(tmp, 'w') as f:
+            json.dump(config, f, indent=2, sort_keys=True, default=str)
+        os.replace(tmp, path)
+    except BaseException:   # e.g. a full disk: no half-written leftover
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -146,20 +146,22 @@ def weight_only(w, method, bits, group_size=None):
     """absmax/zeropoint weights of `bits` bits, one scale per output channel or per group of group_size inputs."""
     out_features, in_features = w.shape
     g = group_size or in_features
-    quantise = absmax if method == 'absmax' else zeropoint
+    quantise = WEIGHT_METHODS[method]
     w.copy_(quantise(w.reshape(out_features, in_features // g, g), bits, dim=-1).reshape(out_features, in_features))
     return None, None
 
 
+# the scheme names: these four, and <method><bits>[g<group>] for each weight-only method (zeropoint4 is Table 1's)
 ACTIVATION_SCHEMES = {'coarse': coarse, 'moderate': moderate, 'fine': fine, 'fine_channel': fine_channel}
-SCHEME_HELP = "coarse, moderate, fine, fine_channel, zeropoint4, absmax<bits>[g<group>], zeropoint<bits>[g<group>]"
+WEIGHT_METHODS = {'absmax': absmax, 'zeropoint': zeropoint}
+SCHEME_HELP = ', '.join([*ACTIVATION_SCHEMES, *(f'{m}<bits>[g<group>]' for m in WEIGHT_METHODS)])
 
 
 def parse_scheme(name):
     """Scheme name -> (function of w, group size or None). ValueError with a one-line message."""
     if name in ACTIVATION_SCHEMES:
         return ACTIVATION_SCHEMES[name], None
-    m = re.fullmatch(r'(absmax|zeropoint)(\d+)(?:g(\d+))?', name)
+    m = re.fullmatch(rf"({'|'.join(WEIGHT_METHODS)})(\d+)(?:g(\d+))?", name)
     if not m:
         raise ValueError(f"unknown scheme {name!r}; choose from {SCHEME_HELP}")
     bits, group = int(m[2]), int(m[3]) if m[3] else None
@@ -285,11 +287,11 @@ def fmt(value):
 
 
 def table(models, schemes=None):
-    """(header, rows) in the layout of Table 3: model, size, softmax-1?, OrthoAdam?, full, then PPL and Δ
+    """(header, rows) in the layout of Table 3: model, size, attention, optimizer, full, then PPL and Δ
     for each scheme (the union of the models' schemes, in order, unless given)."""
     if schemes is None:
         schemes = list(dict.fromkeys(s for m in models for s in m['delta']))
-    header = ['Model', '#Params', 'S1?', 'OA?', 'full'] + [c for s in schemes for c in (s, 'Δ')]
+    header = ['Model', '#Params', 'Attention', 'Optimizer', 'full'] + [c for s in schemes for c in (s, 'Δ')]
     rows = []
     for m in models:
         rows.append(tables.model_cells(m['label'], m['config']) + [fmt(m['ppl']['full'])]

@@ -9,7 +9,7 @@ Only models that a stock transformers architecture computes exactly are exported
   LlamaForCausalLM  norm='rmsnorm', pos_emb='rotary', mlp='swiglu', grouped-query attention, rope_base,
                     bias True or False (attention_bias and mlp_bias), tied or untied head;
 both with attn='softmax', attn_bias=False, sink_token=False and causal_free_prefix=0. Anything else (softmax-1,
-the attention bias, clipped, gated or sigmoid attention, the sink token, RMSNorm-S, no positions, a free prefix, a
+every other attention (model.CHOICES), the attention bias, the sink token, RMSNorm-S, no positions, a free prefix, a
 mix such as LayerNorm with rotary positions, GPT-2 without biases) is refused in one line naming what does not fit:
 it would need modeling code of its own, loaded with trust_remote_code=True, which this repository does not write
 (docs/public-models.md, "Export to Hugging Face", says why). analyze.py, eval_quant.py and lm_eval_adapter.py evaluate every
@@ -28,8 +28,10 @@ The folder (written to a new temporary folder beside OUT, checked, then renamed 
                     (synthetic tasks) are not written; the script says so.
 Before the rename, the folder is loaded with AutoModelForCausalLM and its logits on a random sequence of block_size
 tokens are compared with the checkpoint's: a difference above TOLERANCE is an error and nothing is left behind.
-OUT may not be or contain the checkpoint's folder; an existing OUT is replaced only with --force, and never when it
-is or holds a checkpoint (*.pt) or a log.jsonl; nothing else is removed.
+The folder also holds .written-by, which names export_hf.py (fileio.MARK). OUT may not be or contain the checkpoint's
+folder; an existing OUT is replaced only with --force, and only when it is empty or export_hf.py wrote it (its
+.written-by names export_hf.py): never a file, a prepared dataset, a results folder or a run; nothing else is removed.
+An export written before .written-by existed is not replaced: move it away first.
 """
 import argparse
 import os
@@ -40,10 +42,11 @@ import tempfile
 import torch
 
 import runs
-from fileio import PrepareError
+from fileio import PrepareError, check_output, disk_full, disk_full_text, mark_folder, remove_temporaries
 from tokenizer import (EOT_TEXT, GPT2_PAT, gpt2_ranks_file, load_tokenizer, read_tiktoken_ranks, tokenizer_mismatch,
                        transformers_tokenizer)
 
+PROGRAM = 'export_hf.py'   # the name its folders' .written-by holds
 TOLERANCE = 1e-4     # largest |logit difference| accepted between the export and the checkpoint (fp32)
 # what both architectures need, then what each needs of the keys that differ between them
 COMMON = dict(attn=('softmax',), attn_bias=(False,), sink_token=(False,), causal_free_prefix=(0,))
@@ -148,22 +151,12 @@ def inside(path, folder):
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def run_file(out):
-    """The first checkpoint (*.pt) or training log (log.jsonl) at out or under it, else None."""
-    if os.path.isfile(out):
-        return out if out.endswith('.pt') or os.path.basename(out) == 'log.jsonl' else None
-    for folder, _, names in os.walk(out):
-        for name in sorted(names):
-            if name.endswith('.pt') or name == 'log.jsonl':
-                return os.path.join(folder, name)
-    return None
-
-
 def check_paths(ckpt, out, force):
     """One-line ValueErrors, before any model is loaded: --ckpt is a checkpoint or a run folder holding ckpt.pt (a
-    local path, so the answer is local, not a Hugging Face hint), and writing --out removes no training run's files:
-    --out may not be or contain the checkpoint's folder, and --force replaces nothing that holds a checkpoint or a
-    log.jsonl (a new folder inside the run folder, or an earlier export there, is fine)."""
+    local path, so the answer is local, not a Hugging Face hint), and writing --out removes nothing of a user's:
+    --out may not be or contain the checkpoint's folder, an existing --out needs --force, and --force replaces only a
+    folder this script wrote (its .written-by file names export_hf.py) or an empty one (fileio.check_output), never
+    a file, a prepared dataset, a results folder or a run (a new folder inside the run folder is fine)."""
     runs.check_ckpt(ckpt)
     run = ckpt if os.path.isdir(ckpt) else (os.path.dirname(ckpt) or '.')
     if inside(run, out):
@@ -171,18 +164,10 @@ def check_paths(ckpt, out, force):
         raise ValueError(f"--out {out} {where} the checkpoint's folder {run}: writing it would replace the run's files "
                          f"(ckpt.pt, best.pt, log.jsonl); choose a folder elsewhere, e.g. hf/"
                          f"{os.path.basename(os.path.realpath(run))}")
-    above = os.path.dirname(os.path.abspath(out))
-    while not os.path.exists(above):                    # the nearest existing folder above out
-        above = os.path.dirname(above)
-    if not os.path.isdir(above):
-        raise ValueError(f"--out {out}: {above} is a file, not a folder; choose another --out")
-    if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        if not force:
-            raise ValueError(f"--out {out} exists and is not an empty folder; choose another --out or pass --force")
-        found = run_file(out)
-        if found is not None:
-            raise ValueError(f"--out {out} holds {found}, a training run's checkpoint or log, which --force does not "
-                             f"delete; choose another --out")
+    if os.path.isdir(out) and os.listdir(out) and not force:
+        raise ValueError(f"--out {out} exists and is not an empty folder; choose another --out or pass --force "
+                         f"(which replaces an earlier export only)")
+    check_output(out, '--out', folder=True, replace=PROGRAM)
 
 
 def export(ckpt, out, force=False):
@@ -208,20 +193,30 @@ def export(ckpt, out, force=False):
     tokenizer, note = hf_tokenizer(lm.tokenizer, config.block_size)
     try:
         diff = write_folder(lm, hf, tokenizer, out)
-    except OSError as e:
+    except ValueError:
+        raise
+    except Exception as e:   # safetensors reports a full disk as a SafetensorError, not an OSError
+        if disk_full(e):
+            raise ValueError(f"--out {out}: {disk_full_text(os.path.join(out, 'model.safetensors'))}") from None
+        if not isinstance(e, OSError):
+            raise
         raise ValueError(f"--out {out}: cannot write it ({e.strerror or type(e).__name__}: {e.filename or out}); "
                          f"choose a folder you can write to") from None
     return name, diff, note
 
 
 def write_folder(lm, hf, tokenizer, out):
-    """Write hf (and tokenizer) into a temporary folder beside out, check it, then rename it to out (an existing out
-    is removed just before). The temporary folder is new (mkdtemp), so removing it on failure removes only what
-    this run wrote. Returns the max |logit difference|."""
-    parent = os.path.dirname(os.path.abspath(out))
+    """Write hf (and tokenizer) into a temporary folder beside out, marked as export_hf.py's first
+    (fileio.mark_folder: what --force may replace later, and a killed export's leftover the next export of out
+    removes), check it, then rename it to out (an existing out, which check_paths found ours, is removed just
+    before). The temporary folder is new (mkdtemp), so removing it on failure removes only what this run wrote.
+    Returns the max |logit difference|."""
+    parent, name = os.path.dirname(os.path.abspath(out)), os.path.basename(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f'.{os.path.basename(os.path.abspath(out))}.', suffix='.tmp', dir=parent)
+    remove_temporaries(parent, [f'.{name}.*'], PROGRAM)   # an export of out killed before its rename (its mark)
+    tmp = tempfile.mkdtemp(prefix=f'.{name}.', suffix='.tmp', dir=parent)
     try:
+        mark_folder(tmp, PROGRAM)              # first: a kill leaves a folder the next export may remove
         hf.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
@@ -231,10 +226,9 @@ def write_folder(lm, hf, tokenizer, out):
         diff = logit_difference(lm.model, tmp)
         if not diff <= TOLERANCE:
             raise ValueError(f"the exported model's logits differ from the checkpoint's by {diff:.3g} > {TOLERANCE}")
-        if os.path.isdir(out) and not os.path.islink(out):
+        check_output(out, '--out', folder=True, replace=PROGRAM)   # again: it may have changed since the start
+        if os.path.isdir(out):
             shutil.rmtree(out)
-        elif os.path.lexists(out):
-            os.remove(out)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -29,6 +29,8 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from devices import agree
+from fileio import disk_full, disk_full_text, mark_folder, ours, temporary
 from model import GPT, GPTConfig
 from orthoadam import rotated_axes
 from train_config import TrainingError
@@ -115,36 +117,122 @@ def all_finite(model):
     return not bad.item()
 
 
-def save_sharded(model, optimizer, out_dir, iter_num):
-    """The DCP shards of model and optimizer into out_dir/ckpt.dcp-<iter_num>: written as <folder>.tmp by every rank,
-    renamed by rank 0 after all finished. Returns the folder's name (relative to out_dir). Collective."""
+def _failure(e):
+    """(the exception, one line of it) of a DCP failure: DCP raises a CheckpointException (a BaseException) carrying
+    every rank's (exception, stack) pair; a full disk on any rank is the one named."""
+    found = [f[0] if isinstance(f, tuple) else f for f in (getattr(e, 'failures', None) or {}).values()] or [e]
+    inner = next((f for f in found if disk_full(f)), found[0])
+    return inner, f"{type(inner).__name__}: {' '.join(str(inner).split())[:200]}"
+
+
+def _dcp_errors():
+    from torch.distributed.checkpoint.api import CheckpointException
+    return Exception, CheckpointException
+
+
+def save_sharded(model, optimizer, out_dir, iter_num, kept, reuse=False):
+    """The DCP shards of model and optimizer into out_dir/ckpt.dcp-<iter_num>: written as <folder>.tmp (created with
+    train.py's mark, fileio.mark_folder, so that only train.py's own leftovers are ever removed) by every rank,
+    renamed by rank 0 after all finished. Returns {'dir': the folder's name (relative to out_dir), 'world'}.
+    reuse=True (the state of the iteration ckpt.pt was written at, no step since): the folder ckpt.pt names, when it
+    is complete. A failed write (a full disk, on any rank) removes the temporary folder and is a one-line
+    TrainingError on every rank, `kept` saying which checkpoint is kept. Collective."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
+    if reuse:
+        found = [named_shards(os.path.join(out_dir, 'ckpt.pt')) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(found, src=0)
+        if found[0] and os.path.isfile(os.path.join(out_dir, found[0]['dir'], '.metadata')):
+            return found[0]
     name = f'{SHARDED_PREFIX}{iter_num}'
-    final, tmp = os.path.join(out_dir, name), os.path.join(out_dir, name + '.tmp')
+    final, tmp = os.path.join(out_dir, name), temporary(os.path.join(out_dir, name))
+    error = None
     if dist.get_rank() == 0:
-        shutil.rmtree(tmp, ignore_errors=True)   # a killed save of the same iteration
-    dist.barrier()
+        try:
+            if ours(tmp, 'train.py'):
+                shutil.rmtree(tmp)   # a killed save of the same iteration
+            mark_folder(tmp, 'train.py')
+        except OSError as e:
+            error = _save_error(e, tmp, kept)
+    agree(error)
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({'model': model_state, 'optimizer': optim_state}, checkpoint_id=tmp)   # the model too: for DCP tools
-    dist.barrier()
-    if dist.get_rank() == 0:
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-    dist.barrier()
-    return name
+    try:
+        dcp.save({'model': model_state, 'optimizer': optim_state}, checkpoint_id=tmp)   # the model too: for DCP tools
+    except _dcp_errors() as e:
+        error = _save_error(_failure(e)[0], tmp, kept)
+    if error is None and dist.get_rank() == 0:
+        try:
+            if ours(final, 'train.py'):
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except OSError as e:
+            error = _save_error(e, final, kept)
+    try:
+        agree(error)   # every rank raises the same line when one failed
+    except TrainingError:
+        if dist.get_rank() == 0 and ours(tmp, 'train.py'):
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {'dir': name, 'world': dist.get_world_size()}
+
+
+def _save_error(e, path, kept):
+    if disk_full(e):
+        return TrainingError(f"{disk_full_text(path)}; {kept}, continue with --init_from=resume")
+    return TrainingError(f"cannot write the sharded checkpoint {path} ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:200]}); {kept}, continue with --init_from=resume")
+
+
+def named_shards(path):
+    """The sharded checkpoint {'dir', 'world'} a checkpoint file names, or None (none, absent, unreadable). Reads
+    the file memory-mapped: the weights are not read."""
+    try:
+        ckpt = torch.load(path, map_location='cpu', mmap=True, weights_only=False)
+    except Exception:
+        return None
+    return ckpt.get('sharded') if isinstance(ckpt, dict) else None
 
 
 def remove_old_shards(out_dir, keep):
-    """Rank 0, once ckpt.pt names `keep`: every other sharded folder (older saves, killed saves' .tmp)."""
+    """Rank 0, once ckpt.pt names one of `keep` (the folders ckpt.pt and best.pt name): every other sharded folder of
+    train.py's (older saves, killed saves' .tmp; a folder without train.py's mark is left)."""
     for entry in os.listdir(out_dir):
-        if entry.startswith(SHARDED_PREFIX) and entry != keep:
-            shutil.rmtree(os.path.join(out_dir, entry), ignore_errors=True)
+        path = os.path.join(out_dir, entry)
+        if entry.startswith(SHARDED_PREFIX) and entry not in keep and ours(path, 'train.py'):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def shards_problem(folder):
+    """Why the DCP folder cannot be read, or None: .metadata missing or unreadable, a shard file missing or shorter
+    than the items .metadata places in it (a truncated file, a save cut by a full disk). Reads .metadata only."""
+    from torch.distributed.checkpoint import FileSystemReader
+    if not os.path.isfile(os.path.join(folder, '.metadata')):
+        return "it is missing or incomplete (no .metadata)"
+    try:
+        metadata = FileSystemReader(folder).read_metadata()
+        need = {}
+        for info in metadata.storage_data.values():
+            need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
+    except _dcp_errors() as e:
+        return f"its .metadata cannot be read ({_failure(e)[1]})"
+    for name, size in sorted(need.items()):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            return f"its shard {name} is missing"
+        if os.path.getsize(path) < size:
+            return f"its shard {name} is truncated ({os.path.getsize(path):,} of {size:,} bytes)"
+    return None
 
 
 def check_sharded(ckpt, ckpt_path, fsdp):
-    """A resume's checkpoint and the run must both be FSDP or both not: one line saying how to resume otherwise."""
+    """A resume's checkpoint and the run must both be FSDP or both not, and the sharded folder must be whole: one
+    line saying how to resume otherwise, before anything in out_dir is written. A file of weights only (an fsdp run's
+    ckpt_<iter>.pt, or best.pt of a version that did not keep best.pt's shards) cannot be resumed."""
     sharded = ckpt.get('sharded')
+    if ckpt.get('optimizer') is None and not sharded:
+        raise TrainingError(f"{ckpt_path} holds the weights only, no optimizer state (a checkpoint of an fsdp run "
+                            f"other than ckpt.pt and best.pt, e.g. save_every's ckpt_<iter>.pt): it cannot be resumed; "
+                            f"evaluate it (analyze.py --ckpt {ckpt_path}), or restore the run's own ckpt.pt to continue")
     if fsdp and not sharded:
         raise TrainingError(f"{ckpt_path} was written without fsdp (its optimizer state is in the file, not in shards): "
                             f"resume it with --fsdp=False (python train.py or torchrun with DDP)")
@@ -154,23 +242,29 @@ def check_sharded(ckpt, ckpt_path, fsdp):
                             f"--fsdp=True (any N >= 2)")
     if sharded:
         folder = os.path.join(os.path.dirname(ckpt_path), sharded['dir'])
-        if not os.path.isfile(os.path.join(folder, '.metadata')):
-            raise TrainingError(f"{ckpt_path} names the sharded checkpoint {folder}, which is missing or incomplete: "
-                                f"restore it, or start again with --init_from=scratch")
+        problem = shards_problem(folder)
+        if problem:
+            raise TrainingError(f"{ckpt_path} names the sharded checkpoint {folder}, which cannot be read: {problem}; "
+                                f"nothing was changed; restore it, or continue from best.pt (cp best.pt ckpt.pt, then "
+                                f"--init_from=resume), or start again with --init_from=scratch in another --out_dir")
 
 
 def load_sharded(model, optimizer, ckpt_path, sharded):
     """The optimizer state from the DCP folder ckpt.pt names, resharded to this run's ranks (the weights come from
-    ckpt.pt itself, loaded before sharding: the same values). Collective."""
+    ckpt.pt itself, loaded before sharding: the same values). A folder that cannot be read (a shard damaged inside,
+    which check_sharded's sizes do not show) is a one-line TrainingError on every rank. Collective."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
     state = {'optimizer': get_optimizer_state_dict(model, optimizer)}
+    folder = os.path.join(os.path.dirname(ckpt_path), sharded['dir'])
     try:
-        dcp.load(state, checkpoint_id=os.path.join(os.path.dirname(ckpt_path), sharded['dir']))
-    except Exception as e:   # DCP raises a CheckpointException carrying every rank's error
-        raise TrainingError(f"cannot map the sharded checkpoint {sharded['dir']} ({sharded['world']} ranks) onto "
-                            f"{dist.get_world_size()} ranks ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
-                            f"resume with --nproc_per_node={sharded['world']}") from None
+        dcp.load(state, checkpoint_id=folder)
+    except _dcp_errors() as e:   # a CheckpointException is a BaseException: `except Exception` misses it
+        other = (f"; or resume with --nproc_per_node={sharded['world']}, the ranks that wrote it"
+                 if sharded['world'] != dist.get_world_size() else '')
+        raise TrainingError(f"cannot read the sharded checkpoint {folder} that {ckpt_path} names "
+                            f"({_failure(e)[1]}); it is damaged: restore it, or continue from best.pt (cp best.pt "
+                            f"ckpt.pt, then --init_from=resume){other}") from None
     set_optimizer_state_dict(model, optimizer, state['optimizer'])
 
 

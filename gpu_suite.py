@@ -46,8 +46,8 @@ import time
 import xml.etree.ElementTree as ET
 
 import bench_report
+from fileio import check_output, write_json
 from pinned_corpus import ARCHIVE_FILE, find_archive
-from fileio import write_json
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PARTS = ('tests', 'bench', 'bench_train', 'train')
@@ -282,7 +282,10 @@ def main(argv=None):
         if getattr(args, key) < 1:
             p.error(f"--{key}={getattr(args, key)}: must be >= 1")
     out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
+    try:   # before any part runs (fileio.check_output)
+        check_output(args.out, '--out', folder=True, make=True)
+    except ValueError as e:
+        p.error(str(e))
     env = environment()
     write_json(os.path.join(out, 'env.json'), env, indent=1)
     if not env['cuda_available']:

@@ -39,8 +39,8 @@ spec), "label", "kind" ("ours" | "hf": how it was loaded), "config", "data" (ana
 mean |X_{m,0,d}|), "mean" (their mean value, what `mean` writes), "median_abs" (per layer, the mean over
 documents of the median |x| of the document's X_m), "massive" (per layer, per channel: mean_abs > 100 and > 1000
 median_abs), "random" (per layer, zero_random's channels)}, "results": {name: {analyze.py's summary keys (ppl,
-kurtosis_first, ..., first_attn_argmax, first_attn_mass, attn_nowhere, sink_rate, sink_eps) and per_layer lists,
-"delta_ppl" (ppl - ppl of none), "seconds"}}}]}; a non-finite number is null. It is rewritten after each model;
+kurtosis_first, ..., first_attn_argmax, first_attn_mass, attn_nowhere, attn_empty, sink_rate, sink_eps) and
+per_layer lists, "delta_ppl" (ppl - ppl of none), "seconds"}}}]}; a non-finite number is null. It is rewritten after each model;
 its folder is created before the first model runs.
 """
 import argparse

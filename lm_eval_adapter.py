@@ -41,7 +41,7 @@ import devices
 import measure
 import runs
 from dataset import iter_documents
-from fileio import PrepareError, Progress, model_label, write_json
+from fileio import PrepareError, Progress, check_output, model_label, number, write_json
 from tokenizer import load_tokenizer, tokenizer_mismatch
 
 
@@ -187,18 +187,28 @@ def main(argv=None):
     p.add_argument('--data', help='instead of --tasks: a prepared folder (prepare_c4.py); whole-document perplexity '
                                   'of its val split, no lm_eval needed')
     p.add_argument('--include_path', metavar='DIR', help='lm_eval: a folder of task YAML files of your own')
-    p.add_argument('--num_fewshot', type=int, default=None, help='lm_eval: few-shot examples (default: the task\'s)')
-    p.add_argument('--limit', type=float, default=None, help='lm_eval: examples per task (a fraction if < 1)')
-    p.add_argument('--max_docs', type=int, default=0, help='--data: first N val documents (0 = all)')
-    p.add_argument('--batch_size', type=int, default=8, help='sequences per forward pass')
+    p.add_argument('--num_fewshot', type=number(int, 0), default=None,
+                   help='lm_eval: few-shot examples (default: the task\'s)')
+    p.add_argument('--limit', type=number(float, 0, low_open=True), default=None,
+                   help='lm_eval: examples per task (a fraction if < 1, else a whole number)')
+    p.add_argument('--max_docs', type=number(int, 0), default=0, help='--data: first N val documents (0 = all)')
+    p.add_argument('--batch_size', type=number(int, 1), default=8, help='sequences per forward pass')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     p.add_argument('--json', metavar='PATH', help='write the results (format: see above)')
-    args = p.parse_args(argv)
+    args = p.parse_args(argv)   # the numbers are checked where they are parsed (fileio.number)
     if bool(args.tasks) == bool(args.data):
         p.error('give either --tasks (lm_eval) or --data (a prepared folder)')
     try:
-        if args.batch_size < 1 or args.max_docs < 0:
-            raise ValueError('--batch_size must be >= 1 and --max_docs >= 0')
+        harness = [f'--{k}' for k in ('limit', 'num_fewshot', 'include_path') if getattr(args, k) is not None]
+        if args.data and harness:   # each would be ignored without a word
+            raise ValueError(f"{', '.join(harness)} {'is' if len(harness) == 1 else 'are'} lm_eval's (with --tasks); "
+                             f"--data scores every val document: use --max_docs N for fewer")
+        if args.tasks and args.max_docs:
+            raise ValueError("--max_docs is --data's; with --tasks use --limit N (examples per task)")
+        if args.limit is not None and args.limit >= 1 and args.limit != int(args.limit):
+            raise ValueError(f"--limit {args.limit:g}: a fraction below 1, or a whole number of examples")
+        if args.include_path is not None and not os.path.isdir(args.include_path):
+            raise ValueError(f"--include_path {args.include_path}: no such folder (a folder of task YAML files)")
         if args.tasks:
             try:
                 import lm_eval
@@ -206,7 +216,7 @@ def main(argv=None):
                 raise ValueError('--tasks needs lm-evaluation-harness: pip install lm_eval (or use --data DIR)') from None
         device = devices.choose_device(args.device)
         if args.json:
-            runs.make_folder(os.path.dirname(args.json), '--json')
+            check_output(args.json, '--json', inputs=(args.ckpt, os.path.join(args.ckpt, 'ckpt.pt')), make=True)
         runs.check_ckpt(args.ckpt)      # a local path gets a local answer, not the Hugging Face download hint
         lm = runs.load_model(args.ckpt, device)
         if lm.kind != 'ours':
@@ -228,7 +238,8 @@ def main(argv=None):
                                  f"was prepared with ({problem})")
             from lm_eval.tasks import TaskManager
             out = lm_eval.simple_evaluate(model=harness_model(lm, tok, args.batch_size), tasks=args.tasks.split(','),
-                                          num_fewshot=args.num_fewshot, limit=args.limit,
+                                          num_fewshot=args.num_fewshot,
+                                          limit=int(args.limit) if args.limit and args.limit >= 1 else args.limit,
                                           task_manager=TaskManager(include_path=args.include_path))
             from lm_eval.utils import make_table
             print(make_table(out))

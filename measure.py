@@ -23,7 +23,7 @@ HIDDEN_PLOT_TOKENS = 64
 BUCKET_DOCS = 512        # documents read ahead and sorted by length, so that a batch holds similar lengths
 HIDDEN_METRICS = ('kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'norm_ratio_first',
                   'norm_ratio_rest')
-ATTN_METRICS = ('first_attn_argmax', 'first_attn_mass', 'attn_nowhere')
+ATTN_METRICS = ('first_attn_argmax', 'first_attn_mass', 'attn_nowhere', 'attn_empty')
 SINK_EPS = 0.3           # sink_rate's threshold epsilon, Gu et al. (2024)'s default
 
 
@@ -243,6 +243,7 @@ class Stats:
     def __init__(self, n_layer, n_head, sink_eps=SINK_EPS):
         self.sums = {k: torch.zeros(n_layer, dtype=torch.float64) for k in HIDDEN_METRICS}
         self.sums.update({k: torch.zeros(n_layer, n_head, dtype=torch.float64) for k in ATTN_METRICS + ('sink_rate',)})
+        self.attending = torch.zeros(n_layer, n_head, dtype=torch.float64)   # (query > 0, head) rows with some mass
         self.sink_eps = sink_eps
         self.n_first = self.n_rest = self.n_docs_rest = 0
         self.nll, self.n_predicted = 0.0, 0
@@ -269,7 +270,13 @@ class Stats:
         q = rest[:, None, :]                                                     # queries > 0, (B, 1, T)
         n_tokens = mask.sum(1, keepdim=True).clamp_min(1)                        # (B, 1)
         for m, p in enumerate(attn):
-            s['first_attn_argmax'][m] += ((p.argmax(-1) == 0) & q).sum((0, 2)).cpu()
+            # a row with no mass at all (softpick, clipped softmax can give one) has no most-attended key: argmax
+            # would name key 0 (ties go to key 0); it is left out of first_attn_argmax and counted in attn_empty
+            empty = (p.amax(-1) <= 0) & q
+            attending = q & ~empty
+            self.attending[m] += attending.sum((0, 2)).cpu()
+            s['attn_empty'][m] += empty.sum((0, 2)).cpu()
+            s['first_attn_argmax'][m] += ((p.argmax(-1) == 0) & attending).sum((0, 2)).cpu()
             s['first_attn_mass'][m] += torch.where(q, p[..., 0].double(), 0).sum((0, 2)).cpu()
             s['attn_nowhere'][m] += torch.where(q, (1 - p.sum(-1, dtype=torch.float64)).clamp_min(0), 0).sum((0, 2)).cpu()
             alpha = torch.where(mask[:, None, :], p[..., 0].double(), 0).sum(2) / n_tokens    # (B, H), every query
@@ -304,6 +311,10 @@ class Stats:
         per_head['sink_rate'] = div(self.sums['sink_rate'], self.n_first)
         per_layer = {k: div(self.sums[k], count[k]) for k in HIDDEN_METRICS}
         per_layer.update({k: v.mean(1) for k, v in per_head.items()})
+        # first_attn_argmax is a share of the rows that attend somewhere: per head of its own rows, per layer of the
+        # layer's (with no empty row, every head has n_rest rows and this is the mean over heads, as for the others)
+        per_head['first_attn_argmax'] = self.sums['first_attn_argmax'] / self.attending   # 0 / 0: NaN, no such row
+        per_layer['first_attn_argmax'] = self.sums['first_attn_argmax'].sum(1) / self.attending.sum(1)
         out = {'ppl': math.exp(self.nll / self.n_predicted) if self.n_predicted else math.nan}
         out.update({k: v.mean().item() for k, v in per_layer.items()})
         for pos in ('first', 'rest'):

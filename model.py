@@ -9,10 +9,10 @@
 
 Attention (attention.py) is softmax or the paper's softmax-1, exp(x_i) / (1 + sum_j exp(x_j)), and, to
 compare them with other published fixes on equal terms: clipped softmax and gated attention (Bondarenko
-et al., 2023), sigmoid attention (Ramapuram et al., 2024), a learnt attention bias key/value per head
-(attn_bias, Sun et al., 2024) and a learnt sink token prepended to every window (sink_token). The
-training path runs fused kernels wherever the formula allows (softmax-1 and attn_bias included: the
-kernel's output and log-sum-exp give them exactly, see attention.py); clipped and sigmoid are eager.
+et al., 2023), sigmoid attention (Ramapuram et al., 2024), softpick (Zuhri et al., 2025), a learnt attention
+bias key/value per head (attn_bias, Sun et al., 2024) and a learnt sink token prepended to every window
+(sink_token). The training path runs fused kernels wherever the formula allows (softmax-1 and attn_bias
+included: the kernel's output and log-sum-exp give them exactly, see attention.py); attention.EAGER are eager.
 
 The analysis path (analysis=True) recomputes attention eagerly and returns, per layer, the hidden
 state after the block's residual additions and the attention probabilities over the real tokens (for
@@ -33,11 +33,13 @@ import torch.nn.functional as F
 
 from attention import attention, attention_probs
 
+# The values of GPTConfig's choice fields, listed once: train.py's validation and --help, the tests (which ask each
+# value for its reference formula) and the docs' checks read them. A new variant is its name here and its code.
 CHOICES = {
-    'attn': ('softmax', 'softmax1', 'clipped', 'gated', 'sigmoid'),
-    'norm': ('layernorm', 'rmsnorm', 'rmsnorm_single'),
-    'pos_emb': ('absolute', 'rotary', 'none'),
-    'mlp': ('gelu', 'gelu_tanh', 'swiglu'),
+    'attn': ('softmax', 'softmax1', 'clipped', 'gated', 'sigmoid', 'softpick'),   # attention.py (EAGER: not fused)
+    'norm': ('layernorm', 'rmsnorm', 'rmsnorm_single'),               # RMSNorm-M, RMSNorm-S (one scalar scale)
+    'pos_emb': ('absolute', 'rotary', 'none'),                        # a learnt table, rotary, none
+    'mlp': ('gelu', 'gelu_tanh', 'swiglu'),                           # exact, GPT-2's tanh approximation, Llama-2's
 }
 
 
@@ -50,10 +52,10 @@ class GPTConfig:
     vocab_size: int = 50257       # real vocabulary; the embedding is padded to a multiple of 64
     dropout: float = 0.0
     bias: bool = True             # biases in every Linear layer and in LayerNorm
-    attn: str = 'softmax'         # 'softmax' | 'softmax1' | 'clipped' | 'gated' | 'sigmoid' (attention.py)
-    norm: str = 'layernorm'       # 'layernorm' | 'rmsnorm' (RMSNorm-M) | 'rmsnorm_single' (RMSNorm-S)
-    pos_emb: str = 'absolute'     # 'absolute' | 'rotary' | 'none'
-    mlp: str = 'gelu'             # 'gelu' (exact) | 'gelu_tanh' (GPT-2's tanh approximation) | 'swiglu' (Llama-2)
+    attn: str = 'softmax'         # each of these four: one of CHOICES[its name]
+    norm: str = 'layernorm'
+    pos_emb: str = 'absolute'
+    mlp: str = 'gelu'
     causal_free_prefix: int = 0   # first k tokens attend to each other without causal masking
     clip_gamma: float = -0.025    # attn='clipped': clip((zeta - gamma) softmax + gamma, 0, 1), gamma <= 0
     clip_zeta: float = 1.0        #   and zeta >= 1 (Bondarenko et al.'s BERT values; OPT: gamma = -12/T)

@@ -6,6 +6,11 @@ import torch
 
 from orthoadam import OrthoAdam
 
+# optimizer= (train.py): each name is one branch of configure_optimizer
+OPTIMIZERS = ('adamw', 'orthoadam', 'rmsprop', 'sgd', 'muon')
+# those whose weight decay is decoupled (theta *= 1 - lr wd); RMSProp's and SGD's is torch's coupled L2 term
+DECOUPLED_WEIGHT_DECAY = ('adamw', 'orthoadam', 'muon')
+
 
 class MuonWithAdamW:
     """optimizer='muon': torch.optim.Muon on the weight matrices of the blocks, AdamW on the rest (embeddings and
@@ -68,6 +73,8 @@ def configure_optimizer(model, cfg, device_type):
         return torch.optim.RMSprop(groups, lr=lr, alpha=cfg['beta2'], eps=eps, momentum=cfg['momentum'])
     if name == 'sgd':
         return torch.optim.SGD(groups, lr=lr, momentum=cfg['momentum'])
+    if name != 'orthoadam':
+        raise ValueError(f"optimizer {name!r} is in OPTIMIZERS but configure_optimizer does not build it")
     if cfg['orthoadam_vocab_axis'] == 'skip':   # token embedding and LM head (tied or not): vocabulary axis unrotated
         vocab = [model.transformer.wte.weight, model.lm_head.weight]
         keep = [i for i, p in enumerate(groups[0]['params']) if any(p is v for v in vocab)]

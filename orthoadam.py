@@ -67,7 +67,8 @@ def rotate(x, factors, transpose=False, spare=None, signs=True):
 
     factors[axis] is None (identity) or (signs, mats) with Q_axis = (mats[0] ⊗ mats[1] ⊗ ...)·diag(signs):
     signs is [P, n] or None; a mat is [d, d] (shared by the stack) or [P, d, d] (one per tensor) and acts on
-    one sub-axis of the axis. The sign diagonals of all axes commute with the other axes' mats, so Q x applies
+    one sub-axis of the axis, outermost first (mats whose sizes multiply to less than n act as mats ⊗ I; axis_factor
+    always covers n, and orthoadam_kernel.plan, which rotates whole fibres, refuses anything else). The sign diagonals of all axes commute with the other axes' mats, so Q x applies
     every sign first and Qᵀ x every sign last (signs=False leaves them to the caller). Every pass is one
     matmul on a view, no copies: x is overwritten and spare (like x; allocated if None) takes every other
     pass. Returns (result, the other buffer)."""

@@ -17,6 +17,8 @@ rotated in registers: the step reads g, p, m, v and writes p, m, v once, as fuse
 fp32 (as orthoadam.py's matmuls, TF32 off); padding to powers of two is masked. If the kernel fails to compile
 on a GPU, orthoadam.py says so in one line and keeps to its stacked path.
 """
+import math
+
 import triton
 import triton.language as tl
 
@@ -28,13 +30,18 @@ def _pow2(n):
 
 
 def plan(p, rotated, factor):
-    """(axis, d1, d2) for the kernel, or None when it cannot run p's step (then orthoadam.py's path does)."""
+    """(axis, d1, d2) for the kernel, or None when it cannot run p's step (then orthoadam.py's path does). The factor's
+    matrices must cover the rotated axis (d1 d2 = its size): ValueError otherwise."""
     if len(rotated) != 1 or p.dim() > 2 or not p.is_contiguous():
         return None
     axis = rotated[0]
     if p.dim() == 2 and axis not in (0, 1):
         return None
     mats = factor[1]
+    covered = math.prod(m.shape[-1] for m in mats)
+    if covered != p.shape[axis]:   # rotate() would read this as mats (x) I; the kernel rotates whole fibres only
+        raise ValueError(f"orthoadam_kernel.plan: the rotation's factors cover {covered} coordinates of axis {axis}, "
+                         f"which has {p.shape[axis]}; the kernel needs factors that cover the whole axis")
     if len(mats) not in (1, 2) or any(m.shape[-1] > 128 for m in mats):
         return None
     d1 = mats[0].shape[-1]

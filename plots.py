@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from runs import read_log
+from runs import read_log, read_probes
 from tables import run_label
 
 
@@ -144,13 +144,14 @@ def plot_training_curves(runs, path):
 
 
 def plot_trajectories(runs, path):
-    """Outlier dynamics: the probe of every evaluation (train.py's probe_docs, in each run's log.jsonl) against
+    """Outlier dynamics: every probe of each run's log.jsonl (train.py's probe_docs at evaluations, and every
+    probe_interval iterations between them; runs.read_probes) against
     the tokens seen, one colour per run: kurtosis and max |activation| of the first token (solid) and of the
     other tokens (dashed), first-token attention (argmax share solid, mass dashed). A log y-axis where a panel's
     values span more than a factor of 10. Runs without probes are left out; returns None when none has one."""
     plt = _pyplot()
     from matplotlib.ticker import EngFormatter
-    curves = [(label, [e for e in read_log(log)[1] if e.get('probe')]) for label, log in runs]
+    curves = [(label, read_probes(log)) for label, log in runs]
     curves = [(label, evals) for label, evals in curves if evals]
     if not curves:
         return None
@@ -171,7 +172,7 @@ def plot_trajectories(runs, path):
         _log_scale_if_wide(ax, [e['probe'].get(k) for _, evals in curves for e in evals for k in (solid, dashed)])
         ax.grid(alpha=0.3)
     docs = sorted({e['probe'].get('documents') for _, evals in curves for e in evals} - {None})
-    fig.suptitle('Outlier dynamics during training: the probe at every evaluation '
+    fig.suptitle('Outlier dynamics during training: the probes of log.jsonl '
                  f"({'/'.join(map(str, docs)) or 'the first'} validation documents, E_m = mean over layers)")
     fig.legend(*axes[0].get_legend_handles_labels(), loc='outside right upper', fontsize=8)
     return _save(fig, path)

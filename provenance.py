@@ -21,16 +21,20 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 @functools.lru_cache(maxsize=None)
 def git_commit():
-    """HEAD of the checkout this file is in, '-dirty' when a tracked file differs from it; None without git."""
+    """HEAD of the checkout this file is in, '-dirty' when a tracked file differs from it; None without git, and
+    None when the git repository around ROOT is not this project's own (its top level is not ROOT: e.g. a `git
+    archive` tarball unpacked inside a home folder kept in git, whose HEAD says nothing about this code)."""
     try:
-        head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True, text=True, timeout=30)
-        if head.returncode != 0:
+        head = subprocess.run(['git', 'rev-parse', '--show-toplevel', 'HEAD'], cwd=ROOT, capture_output=True,
+                              text=True, timeout=30)
+        lines = head.stdout.splitlines()
+        if head.returncode != 0 or len(lines) != 2 or not os.path.samefile(lines[0], ROOT):
             return None
         dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=ROOT,
                                capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    return head.stdout.strip() + ('-dirty' if dirty.returncode == 0 and dirty.stdout.strip() else '')
+    return lines[1] + ('-dirty' if dirty.returncode == 0 and dirty.stdout.strip() else '')
 
 
 def device_name(device=None):

@@ -8,7 +8,9 @@ the check whether the vanilla and softmax-1 + OrthoAdam rows meet the issue's go
 """
 import io
 import json
+import math
 import os
+import sys
 import tarfile
 import tempfile
 
@@ -32,7 +34,7 @@ PILOT_KEYS = ('windows', 'weight_decay')
 TOKENS_PER_STEP = 32_768   # 128 x 256 (Table 6: 64 x 512, 32 x 1024), as the H100 miniature of the README
 # The GPU sessions this project gets hold one H100 for 15 minutes (the machine's start included), one command for
 # at most 10, and nothing survives a session but files of <= 16 MiB: a row is trained, measured and packed in one
-# session, as two jobs on the warm machine (docs/reproducing.md, "The GPU plan"). The H100 trained the 60M rows at
+# session, as two jobs on the warm machine (docs/gpu-queue.md, tools/gpu_queue.py). The H100 trained the 60M rows at
 # 0.71-0.84 M tokens/s (../shared/gpu-reports/2026-11-23-h100.md), so 10,000 steps (0.33 B tokens) take 6.5-7.7
 # minutes; a pilot's 3,000 steps (0.10 B) about 2.
 STEPS = {'60m': 10_000, '130m': 4_000, 'shaped': 3_000, 'pilot': 3_000}
@@ -40,16 +42,14 @@ PACK_LIMIT = 16 * 2 ** 20   # bytes: what one file back from the device machine 
 PACK_FILES = ('analysis.json', 'quant.json', 'log.jsonl', 'reproduce.json', 'config.json', 'train.out')
 
 
-# decoupled weight decay (theta *= 1 - lr * wd): the optimizers where wd 0.5 means what Gu et al. measured. RMSProp's
-# and SGD's is torch's coupled L2 term, which at their learning rates would be another experiment: those rows keep 0.
-DECOUPLED = ('adamw', 'orthoadam', 'muon')
-
-
 def recipe_overrides(table, cfg):
     """The recipe's config keys for a row of `table` whose resolved config is `cfg` (None values: the row's own;
-    the pilots keep the keys they vary; weight decay only with a DECOUPLED optimizer)."""
+    the pilots keep the keys they vary). Weight decay only with an optimizer whose decay is decoupled
+    (optimizers.DECOUPLED_WEIGHT_DECAY), where wd 0.5 means what Gu et al. measured; RMSProp's and SGD's is torch's
+    coupled L2 term, which at their learning rates would be another experiment: those rows keep 0."""
+    from optimizers import DECOUPLED_WEIGHT_DECAY   # imports torch: only when planning, as train_config does
     return {k: v for k, v, _ in RECIPE if v is not None and not (table == 'pilots' and k in PILOT_KEYS)
-            and not (k == 'weight_decay' and cfg['optimizer'] not in DECOUPLED)}
+            and not (k == 'weight_decay' and cfg['optimizer'] not in DECOUPLED_WEIGHT_DECAY)}
 
 
 # ----------------------------------------------------------------------------- a row's state
@@ -60,7 +60,7 @@ def run_state(run_dir, max_iters):
     if not os.path.isfile(path):
         return {'state': 'none', 'iter': 0}
     last, state = {}, {'state': 'started', 'iter': 0}
-    with open(path) as f:
+    with open(path, errors='replace') as f:   # damaged bytes: a line that does not parse, skipped
         for line in f:
             try:
                 e = json.loads(line)
@@ -102,17 +102,34 @@ def pack_run(run_dir, dest, extra=(), limit=PACK_LIMIT):
         raise ValueError(f"the pack of {run_dir} would be {len(data) / 2 ** 20:.1f} MiB > {limit / 2 ** 20:.0f} MiB "
                          f"(largest file {big}, {os.path.getsize(big) / 2 ** 20:.1f} MiB): log less often "
                          f"(--log_interval) or leave it out")
-    folder = os.path.dirname(os.path.abspath(dest))
-    try:
+    folder, tmp = os.path.dirname(os.path.abspath(dest)), None
+    try:   # a unique temporary name: two packs of one row at once do not collide
         os.makedirs(folder, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix='.pack.', delete=False) as f:
+            tmp = f.name
             f.write(data)
-        os.replace(f.name, dest)
+        os.replace(tmp, dest)
     except OSError as e:
+        if tmp is not None and os.path.isfile(tmp):   # a full disk's part of it was left for good
+            os.remove(tmp)
         if disk_full(e):
             raise ValueError(disk_full_text(dest)) from None
         raise ValueError(f"cannot write {dest} ({e.strerror}); choose another --pack folder") from None
     return dest, len(data), [f'{row}/{os.path.basename(p)}' for p in files]
+
+
+def pack_runs(run_dirs, folder, extra=()):
+    """<folder>/<name>.tar.gz of every run of {name: run folder} (pack_run, with the `extra` files), a line each on
+    stderr. Returns why each run that was not packed was not (empty: all were)."""
+    missing = []
+    for name, run_dir in run_dirs.items():
+        try:
+            dest, size, names = pack_run(run_dir, os.path.join(folder, f'{name}.tar.gz'), extra)
+            print(f"packed {dest}: {size / 2 ** 20:.2f} MiB, {len(names)} files", file=sys.stderr)
+        except ValueError as e:
+            print(f"not packed: {e}", file=sys.stderr)
+            missing.append(str(e))
+    return missing
 
 
 # ----------------------------------------------------------------------------- the goal of issue 27
@@ -125,10 +142,10 @@ def check_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
     results (ppl, kurtosis_first, kurtosis_rest, first_attn_argmax); *_quant: eval_quant.py's model entry (its
     'delta' per scheme), or None to leave the quantisation criteria out. Returns [(criterion, value, ok)] with ok
     None where a value is missing."""
-    def get(d, *keys):
+    def get(d, *keys):   # a finite number, else None (missing: a hand-edited or truncated file says nothing)
         for k in keys:
             d = d.get(k) if isinstance(d, dict) else None
-        return d if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+        return d if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) else None
 
     def crit(name, value, test):
         return (name, value, None if value is None else bool(test(value)))
@@ -138,7 +155,7 @@ def check_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
            crit('s1+OA first_attn_argmax <= 0.05', get(s1oa, 'first_attn_argmax'), lambda v: v <= 0.05)]
     k = [get(s1oa, 'kurtosis_first'), get(s1oa, 'kurtosis_rest')]
     out.append(crit('s1+OA E_m kurtosis first and rest <= 5', None if None in k else max(k), lambda v: v <= 5))
-    pv, ps = get(vanilla, 'ppl'), get(s1oa, 'ppl')
+    pv, ps = (p if p is not None and p >= 1 else None for p in (get(vanilla, 'ppl'), get(s1oa, 'ppl')))  # ppl >= 1
     out.append(crit('s1+OA PPL within 2% of vanilla (ratio)', None if None in (pv, ps) else ps / pv,
                     lambda v: v <= 1.02))
     if vanilla_quant is not None or s1oa_quant is not None:

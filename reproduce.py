@@ -48,9 +48,9 @@ from dataclasses import dataclass, field, replace
 from configurator import ConfigError, load_config
 from pinned_corpus import CorpusError, find_archive
 from dataset import load_meta, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
-from fileio import PrepareError, duration, write_json
+from fileio import PrepareError, check_output, duration, number, write_json
 from paper_tables import TABLES
-from recipe import PILOT_KEYS, STEPS, TOKENS_PER_STEP, check_goal, goal_text, pack_run, recipe_overrides, run_state
+from recipe import PILOT_KEYS, STEPS, TOKENS_PER_STEP, check_goal, goal_text, pack_runs, recipe_overrides, run_state
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -73,6 +73,7 @@ class Scale:
 
 
 GPU_SHAPE = dict(n_layer=10, n_head=8, n_embd=512)   # config/gpt2_60m.py
+PROBE_DOCS = 32   # documents of each probe at the gpu scale (the pilots' configs say the same)
 
 
 def gpu_rows(table, cfg):
@@ -84,10 +85,11 @@ def gpu_rows(table, cfg):
         return None                                        # 350M and 1.4B rows
     iters = STEPS['pilot' if table == 'pilots' else 'shaped' if shaped else '60m' if cfg['n_embd'] <= 512 else '130m']
     out = dict(GPU_SHAPE) if shaped else {}
-    evals = 25 if table == 'pilots' else 10                # the pilots' trajectories: a probe every 200 steps
+    probes = 25 if table == 'pilots' else 40     # the trajectory: a probe every 120 (pilots) or 250 (60M) steps
+    # two evaluations and the last: each writes ckpt.pt and best.pt (1.4 GB at 60M), which a GPU session cannot keep
     out.update(recipe_overrides(table, cfg), batch_size=TOKENS_PER_STEP // cfg['block_size'], max_iters=iters,
-               warmup_iters=round(0.06 * iters), lr_decay_iters=0, eval_interval=iters // evals,
-               log_interval=iters // 20)
+               warmup_iters=round(0.06 * iters), lr_decay_iters=0, eval_interval=iters // 2,
+               probe_interval=iters // probes, probe_docs=PROBE_DOCS, log_interval=max(1, iters // 100))
     return out
 
 
@@ -121,7 +123,7 @@ SCALES = {
         max_docs=8, batch_size=4),
 }
 # keys that do not change what a run computes (its weights): runs equal in everything else are one run
-NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'eval_interval', 'probe_docs',
+NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'eval_interval', 'probe_docs', 'probe_interval',
                 'always_save_checkpoint', 'divergence_factor', 'wandb_log', 'wandb_project', 'wandb_run_name',
                 'compile', 'device')
 
@@ -206,13 +208,21 @@ def existing_runs(out):
     return found
 
 
+def row_selected(config, words):
+    """--rows: a WORD that names a row exactly (its config, e.g. table2/gpt2_60m_s1, or the name alone) selects that
+    row alone; any other WORD, every row whose config contains it (gpt2_60m: the four 60M rows)."""
+    names = {c for t in TABLES.values() for r in t.rows for c in (r.config, r.config.split('/')[-1])}
+    return any(config in (word, config.split('/', 1)[0] + '/' + word) if word in names else word in config
+               for word in words)
+
+
 def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
     """The runs the tables need, one per distinct training config, in table order. A row whose training
     config matches a run already in <out>/runs (trained for another table) uses that run."""
     runs, by_identity, existing, left_out = [], {}, existing_runs(out), {}
     for name in tables:
         for row in TABLES[name].rows:
-            if row_filter and not any(word in row.config for word in row_filter):
+            if row_filter and not row_selected(row.config, row_filter):
                 continue
             base = resolve(row.config, [])
             overrides = scaled_overrides(base, scale, row.steps, name)
@@ -283,9 +293,10 @@ RUN_OVERHEAD_S = 90   # compilation, the final evaluation, analyze.py and eval_q
 
 
 def expected_seconds(run):
-    """One run's expected wall time on one H100: its training FLOPs at H100_MFU, eager attention (clipped,
-    sigmoid: the T x T matrix) at half that, plus RUN_OVERHEAD_S."""
+    """One run's expected wall time on one H100: its training FLOPs at H100_MFU, eager attention (attention.EAGER:
+    the T x T matrix) at half that, plus RUN_OVERHEAD_S."""
     import torch
+    from attention import EAGER
     from model import GPT, GPTConfig
     from train_config import MODEL_KEYS
     vocab = load_meta(data_dir(run.cfg['dataset']))['vocab_size']
@@ -294,7 +305,7 @@ def expected_seconds(run):
     c = run.cfg
     tokens = c['max_iters'] * c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size']
     rate = H100_MFU * 989e12 / model.flops_per_token(c['block_size'])
-    return tokens / rate * (2 if c['attn'] in ('clipped', 'sigmoid') else 1) + RUN_OVERHEAD_S, tokens
+    return tokens / rate * (2 if c['attn'] in EAGER else 1) + RUN_OVERHEAD_S, tokens
 
 
 def describe(runs, scale: Scale):
@@ -567,17 +578,6 @@ def draw_trajectories(name, runs, out):
     return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
 
 
-def pack(runs, folder, extra):
-    """<folder>/<run>.tar.gz for every run that has results (recipe.pack_run), with the tables' files."""
-    for run in runs:
-        try:
-            dest, size, names = pack_run(run.cfg['out_dir'], os.path.join(folder, f'{run.name}.tar.gz'), extra)
-        except ValueError as e:
-            print(f"not packed: {e}", file=sys.stderr)
-            continue
-        print(f"packed {dest}: {size / 2 ** 20:.2f} MiB, {len(names)} files", file=sys.stderr)
-
-
 def goal(runs):
     """Print recipe.check_goal on the 60M vanilla and softmax-1 + OrthoAdam rows; True when it is met."""
     found = {}
@@ -603,17 +603,18 @@ def main(argv=None):
     p.add_argument('--scale', default='paper', choices=sorted(SCALES),
                    help='paper (default), gpu (one H100, the sink recipe, a row per 15-minute session), mini (CPU), '
                    'smoke (tests)')
-    p.add_argument('--rows', nargs='+', default=[], metavar='WORD', help='only rows whose config name contains a WORD')
-    p.add_argument('--nproc', type=int, default=1, help='processes (GPUs) per training run, through torchrun')
-    p.add_argument('--jobs', type=int, default=1, help='runs at once (CUDA: each gets its own --nproc GPUs)')
+    p.add_argument('--rows', nargs='+', default=[], metavar='WORD', help='only rows whose config name contains a WORD '
+                   '(a WORD that is a row\'s whole name, e.g. gpt2_60m_s1, selects that row alone)')
+    p.add_argument('--nproc', type=number(int, 1), default=1, help='processes (GPUs) per training run, through torchrun')
+    p.add_argument('--jobs', type=number(int, 1), default=1, help='runs at once (CUDA: each gets its own --nproc GPUs)')
     p.add_argument('--out', default=os.path.join('out', 'reproduce'), help='results root (default out/reproduce)')
     p.add_argument('--dataset', help='train and evaluate every row on this prepared folder (overrides the scale)')
-    p.add_argument('--iters', type=int, help="iterations per row (x the row's schedule factor) instead of the scale's")
+    p.add_argument('--iters', type=number(int, 1), help="iterations per row (x the row's schedule factor) instead of the scale's")
     p.add_argument('--dry_run', action='store_true', help='print the commands of the runs to do; run nothing')
     p.add_argument('--render', action='store_true', help='render the tables from existing results; run nothing')
-    p.add_argument('--job_minutes', type=float, default=0.0, help="train a row as a chain of jobs, each stopping "
+    p.add_argument('--job_minutes', type=number(float, 0), default=0.0, help="train a row as a chain of jobs, each stopping "
                    "after this many minutes of training with a checkpoint (train.py --max_minutes); 0 = one job")
-    p.add_argument('--max_jobs', type=int, default=0, help='training jobs per row in this invocation (0 = until '
+    p.add_argument('--max_jobs', type=number(int, 0), default=0, help='training jobs per row in this invocation (0 = until '
                    'the row is finished); the same command continues an unfinished row exactly')
     p.add_argument('--pack', metavar='DIR', help="after rendering, pack each row's results and the tables' files into "
                    "DIR/<run>.tar.gz (<= 16 MiB each: recipe.pack_run)")
@@ -621,13 +622,9 @@ def main(argv=None):
                    "issue 27's goal (recipe.check_goal); exit 1 when it is not met")
     p.add_argument('--allow_cpu', action='store_true', help='start the paper or gpu scale on a machine without a CUDA '
                    'GPU (days of work; without this flag such a run shows its plan and stops)')
-    args = p.parse_args(argv)
-    if args.nproc < 1 or args.jobs < 1 or args.max_jobs < 0 or args.job_minutes < 0:
-        p.error('--nproc and --jobs must be >= 1, --max_jobs and --job_minutes >= 0')
+    args = p.parse_args(argv)   # the numbers are checked where they are parsed (fileio.number)
     scale = SCALES[args.scale]
     if args.iters is not None:
-        if args.iters < 1:
-            p.error('--iters must be >= 1')
         scale = replace(scale, iters=args.iters, description=f"{scale.description}; --iters {args.iters}")
     if args.dataset and (os.sep in args.dataset or os.path.isabs(args.dataset)):
         args.dataset = os.path.abspath(args.dataset)   # a path from here: the runs' subprocesses work in ROOT
@@ -636,6 +633,12 @@ def main(argv=None):
     out = os.path.join(os.path.abspath(args.out), args.scale)
     t0 = time.time()
     try:
+        try:   # the outputs, before any work (fileio.check_output): a folder for the results, one for the packs
+            for path, option in ((args.out, '--out'), (out, '--out'), (args.pack, '--pack')):
+                if path:
+                    check_output(path, option, folder=True)
+        except ValueError as e:
+            raise SweepError(str(e)) from None
         runs = plan(args.tables, scale, out, args.rows, args.dataset)
         print('\n'.join(describe(runs, scale)), file=sys.stderr, flush=True)
         if args.dry_run:
@@ -671,11 +674,12 @@ def main(argv=None):
         print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "
               f"in {duration(time.time() - t0)}", file=sys.stderr)
         tables = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures
-        if args.pack:
-            pack(runs, args.pack, tables)
+        unpacked = pack_runs({r.name: r.cfg['out_dir'] for r in runs}, args.pack, tables) if args.pack else []
         met = goal(runs) if args.goal else True
         if failures:
             sys.exit(f"reproduce.py: error: {len(failures)} run(s) failed: " + '; '.join(failures))
+        if unpacked:   # a script or a GPU job must not read success when a pack is missing
+            sys.exit(f"reproduce.py: error: {len(unpacked)} of {len(runs)} row(s) not packed: " + '; '.join(unpacked))
         if not met:
             sys.exit("reproduce.py: the goal of issue 27 is not met (the lines above say which part)")
     except SweepError as e:

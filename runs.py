@@ -1,11 +1,10 @@
 """A run folder (train.py's out_dir) and the models in it: the file names (ckpt.pt, best.pt, log.jsonl,
 config.json), the lock, atomic checkpoint saves that leave the last good checkpoint intact on a full disk, reading
-checkpoints and log.jsonl back, and loading a model for measurement (load_model: a checkpoint, a Hugging Face
-model or a GGUF file) with the dataset it was trained on."""
-import glob
+checkpoints and log.jsonl back, what a resume may change of a checkpoint's config (check_resume), and loading a model
+for measurement (load_model: a checkpoint, a Hugging Face model or a GGUF file) with the dataset it was trained on, or
+for training (public_model: init_from='hf:...')."""
 import json
 import os
-import shutil
 import socket
 import sys
 from dataclasses import asdict, dataclass, fields
@@ -18,24 +17,20 @@ except ImportError:  # Windows: runs go unlocked, with a warning
     fcntl = None
 
 from dataset import load_meta, resolve_dataset
-from fileio import PrepareError
+from fileio import PrepareError, check_output, remove_temporaries, temporary
 from model import GPT, GPTConfig, load_hf
-from tokenizer import load_tokenizer
-from train_config import TrainingError
+from tokenizer import load_tokenizer, tokenizer_mismatch
+from train_config import DEFAULTS, PUBLIC_MODEL_KEYS, RESUME_IGNORED, RESUME_MUST_MATCH, TrainingError
+from train_data import data_identity
 
 
 def check_out_dir(out_dir):
-    """Before anything is read or written: out_dir, or the nearest folder above it that exists (where it will be
-    made), is a folder this process may write to. claim_out_dir catches what this cannot see (e.g. root on a
-    read-only folder)."""
-    existing = os.path.abspath(out_dir)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise TrainingError(f"out_dir={out_dir!r}: {existing} is a file, not a folder; choose another --out_dir")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise TrainingError(f"cannot write to out_dir={out_dir!r} ({existing}: no write permission for this user); "
-                            f"choose a writable --out_dir")
+    """Before anything is read or written: out_dir is a folder, or can be made, that this process may write to
+    (fileio.check_output). claim_out_dir catches what this cannot see (e.g. root on a read-only folder)."""
+    try:
+        check_output(out_dir, '--out_dir', folder=True)
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
 
 
 def lock_out_dir(out_dir):
@@ -63,13 +58,15 @@ def lock_out_dir(out_dir):
     return fd
 
 
+# what train.py writes into out_dir through a temporary NAME.tmp (runs.save_checkpoint, configurator.save_config,
+# fsdp.save_sharded's marked folder): the only *.tmp names its cleanup removes (fileio.remove_temporaries)
+TEMPORARIES = ('ckpt.pt', 'best.pt', 'ckpt_*.pt', 'config.json', 'ckpt.dcp-*')
+
+
 def remove_leftovers(out_dir):
-    """Temporary files of a save that was killed before its rename (only called with the lock held)."""
-    for path in sorted(glob.glob(os.path.join(out_dir, '*.tmp'))):
-        if os.path.isdir(path):   # an fsdp run's sharded checkpoint (fsdp.save_sharded)
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+    """Temporary files of a save that was killed before its rename (only called with the lock held): train.py's
+    own (TEMPORARIES; a folder only with train.py's mark), never another *.tmp."""
+    for path in remove_temporaries(out_dir, TEMPORARIES, 'train.py'):
         print(f"removed {path}, left by an interrupted save")
 
 
@@ -103,7 +100,7 @@ def save_checkpoint(path, ckpt):
     """Atomic: write to a temporary file in the same folder, fsync, then rename over the old one. A write that fails
     (a full disk: OSError ENOSPC, or torch.save's RuntimeError) removes the temporary file and leaves the old
     checkpoint as it was; the caller decides what to say (fileio.disk_full)."""
-    tmp = f"{path}.tmp"
+    tmp = temporary(path)
     try:
         with open(tmp, 'wb') as f:
             torch.save(ckpt, f)
@@ -162,6 +159,32 @@ def check_model_args(path, ckpt, model_args):
         desc = ', '.join(f"{k}: checkpoint {a!r} vs requested {b!r}" for k, (a, b) in diff.items())
         raise TrainingError(f"checkpoint {path} was trained with another model config ({desc}); "
                             f"use the checkpoint's settings or another out_dir")
+
+
+def check_resume(cfg, ckpt, meta):
+    """Compare a resume's config with the checkpoint's. Raises a one-line TrainingError listing every key
+    of RESUME_MUST_MATCH that differs (and a change of the data itself); otherwise returns the changes,
+    [(key, old, new)], of RESUME_MAY_CHANGE keys. The schedule's horizon: lr_decay_iters=0 keeps the
+    checkpoint's (resolved) value, so a larger max_iters prolongs the run at min_lr instead of silently
+    stretching the cosine; an explicit lr_decay_iters is a change like any other."""
+    saved = {**DEFAULTS, **(ckpt.get('config') or {}), **ckpt['model_args']}   # keys newer than the checkpoint: defaults
+    saved['lr_decay_iters'] = saved['lr_decay_iters'] or saved['max_iters']
+    if cfg['lr_decay_iters'] == 0:
+        cfg['lr_decay_iters'] = saved['lr_decay_iters']
+    differ = [k for k in DEFAULTS if k not in RESUME_IGNORED and saved[k] != cfg[k]]
+    errors = [f"{k}: checkpoint {saved[k]!r} vs requested {cfg[k]!r}" for k in differ if k in RESUME_MUST_MATCH]
+    old_data = (ckpt.get('data') or {}).get('identity')
+    if old_data is not None and old_data != data_identity(meta):
+        new_data = data_identity(meta)
+        errors.append(f"data {cfg['dataset']}: " + ', '.join(f"{k} {old_data.get(k)!r} -> {new_data.get(k)!r}"
+                                                            for k in new_data if old_data.get(k) != new_data.get(k)))
+    elif old_data is None and 'dataset' in differ:   # a checkpoint without the data's identity: the path must match
+        errors.append(f"dataset: checkpoint {saved['dataset']!r} vs requested {cfg['dataset']!r}")
+    if errors:
+        raise TrainingError(f"cannot resume {os.path.join(cfg['out_dir'], 'ckpt.pt')} with another config "
+                            f"({'; '.join(errors)}); these must match what the checkpoint was trained with "
+                            f"(RESUME_MUST_MATCH in train_config.py): use its values or another --out_dir")
+    return [(k, saved[k], cfg[k]) for k in differ]
 
 
 HF_BLOCK_SIZE = 256      # default analysis length for Hugging Face models (the paper trains at 256)
@@ -278,28 +301,56 @@ def check_ckpt(c):
         raise ValueError(f"--ckpt {c}: the folder holds no ckpt.pt (pass best.pt's path for the best checkpoint)")
 
 
-def read_log(path):
-    """(train, eval) lists of events from a train.py log.jsonl; a repeated (event, iter) keeps the last line."""
-    events = {}
-    with open(path) as f:
+def log_events(path):
+    """The events of a train.py log.jsonl with an 'event' and an 'iter', in file order; a torn line is skipped."""
+    with open(path, errors='replace') as f:   # damaged bytes: a line that does not parse, skipped
         for line in f:
             try:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(e, dict) and e.get('event') in ('train', 'eval') and 'iter' in e:
-                events[e['event'], e['iter']] = e
+            if isinstance(e, dict) and 'event' in e and isinstance(e.get('iter'), int):
+                yield e
+
+
+def read_log(path):
+    """(train, eval) lists of events from a train.py log.jsonl; a repeated (event, iter) keeps the last line."""
+    events = {(e['event'], e['iter']): e for e in log_events(path) if e['event'] in ('train', 'eval')}
     by = lambda kind: [events[k] for k in sorted(k for k in events if k[0] == kind)]
     return by('train'), by('eval')
 
 
+def read_probes(path):
+    """The probes of a train.py log.jsonl in iteration order: the 'probe' of every evaluation and every
+    probe_interval event {"event": "probe"}; a repeated iteration (a job that probed it again) keeps the last line."""
+    found = {e['iter']: e for e in log_events(path) if e['event'] in ('eval', 'probe') and isinstance(e.get('probe'), dict)}
+    return [found[k] for k in sorted(found)]
+
+
 def make_folder(path, option):
-    """Create the output folder of `option` (and its parents), or say in one line why it cannot be made."""
-    path = path or '.'
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"{option}: {path} is a file, not a folder; choose another path")
+    """Create the output folder of `option` (and its parents), or say in one line why it cannot be made
+    (fileio.check_output)."""
+    check_output(path or '.', option, folder=True, make=True)
+
+
+def public_model(cfg, meta):
+    """init_from='hf:NAME_OR_DIR' or 'hf:FILE.gguf': a GPT holding the public model's weights (GPT.from_hf). The
+    model keys it fixes (PUBLIC_MODEL_KEYS) are written into cfg; attn, dropout, block_size and causal_free_prefix
+    stay the config's, so e.g. attn='softmax1' fine-tunes the pretrained weights with softmax-1. The data must be
+    tokenised with the model's own tokenizer (prepare_c4.py --tokenizer hf:...)."""
+    spec = cfg['init_from'][3:]
     try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"{option}: cannot create the folder {path} ({e.strerror}: {e.filename}); "
-                         f"choose another path") from None
+        hf = load_hf(spec)
+        pretrained = GPT.from_hf(hf, block_size=cfg['block_size'])
+    except ValueError as e:
+        raise TrainingError(str(e)) from None
+    try:
+        mismatch = tokenizer_mismatch(meta.get('tokenizer_info'), load_tokenizer(f'hf:{spec}').record())
+    except PrepareError:
+        mismatch = None    # the model came without a tokenizer: only the vocabulary bound is checked
+    if mismatch:
+        raise TrainingError(f"{resolve_dataset(cfg['dataset'])} does not fit {spec}: {mismatch}; prepare the data with "
+                            f"python prepare_c4.py --tokenizer hf:{spec} ... and point --dataset at it")
+    for k in PUBLIC_MODEL_KEYS:
+        cfg[k] = getattr(pretrained.config, k)
+    return pretrained

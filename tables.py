@@ -28,26 +28,31 @@ def _fmt(value, spec):
     return 'n/a' if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+def attention_name(config):
+    """The attention a model runs, by its config's name (a public model's: softmax), with attn_bias or sink_token."""
+    return config.get('attn', 'softmax') + ''.join(f' + {k}' for k in ('attn_bias', 'sink_token') if config.get(k))
+
+
 def model_cells(label, config):
-    """Model, #Params, Softmax+1?, OrthoAdam? cells of a table row (public weights have no optimizer: ✗)."""
-    n, opt = config['n_params'], config.get('optimizer')
+    """Model, #Params, Attention, Optimizer cells of a table row (public weights were trained elsewhere: n/a)."""
+    n = config['n_params']
     size = f'{n / 1e9:.1f}B' if n >= 1e9 else f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.1f}K'
-    oa = '✓' if opt == 'orthoadam' else '✗' if opt in ('adamw', None) else opt
-    return [label, size, '✓' if config.get('attn') == 'softmax1' else '✗', oa]
+    return [label, size, attention_name(config), config.get('optimizer') or 'n/a']
 
 
 def table_rows(results):
     """Tables, one row per model: Table 2's layout, then norm ratios, correlations (Table 9), mass; and for
     sink-token models the sink's own numbers."""
-    table2 = (['Model', '#Params', 'Softmax+1?', 'OrthoAdam?', 'PPL', 'E_m[κ_m,1]', 'E_m[κ_m,>1]',
+    table2 = (['Model', '#Params', 'Attention', 'Optimizer', 'PPL', 'E_m[κ_m,1]', 'E_m[κ_m,>1]',
                'E_m[max|X_m,1,d|]', 'E_m[max|X_m,>1,d|]', 'First Attn', sink_rate_header(results)],
               [model_cells(run_label(r['model']), r['config']) + [_fmt(r['ppl'], '.2f')]
                + [_fmt(r[k], '.1f') for k in ('kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest')]
                + [_fmt(r['first_attn_argmax'], '.3f'), sink_rate_cell(r, results)] for r in results])
     keys = ('norm_ratio_first', 'norm_ratio_rest', 'kurtosis_norm_ratio_corr_first', 'kurtosis_norm_ratio_corr_rest',
-            'first_attn_mass', 'attn_nowhere')
-    table9 = (['Model', 'Norm ratio 1', 'Norm ratio >1', 'Corr κ~ratio 1', 'Corr κ~ratio >1', 'First mass', 'Nowhere'],
-              [[run_label(r['model'])] + [_fmt(r[k], '.3f') for k in keys] for r in results])
+            'first_attn_mass', 'attn_nowhere', 'attn_empty')
+    table9 = (['Model', 'Norm ratio 1', 'Norm ratio >1', 'Corr κ~ratio 1', 'Corr κ~ratio >1', 'First mass', 'Nowhere',
+               'Empty rows'],
+              [[run_label(r['model'])] + [_fmt(r.get(k), '.3f') for k in keys] for r in results])
     sinks = [r for r in results if 'sink_kurtosis' in r]
     if not sinks:
         return [table2, table9]

@@ -1,4 +1,4 @@
-"""Train a GPT-2 / Llama-2 style model: softmax, softmax-1 or another attention fix (clipped, gated, sigmoid,
+"""Train a GPT-2 / Llama-2 style model: softmax, softmax-1 or another attention fix (clipped, gated, sigmoid, softpick,
 attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
 
     python train.py config/tiny_cpu.py                        # CPU, under a minute
@@ -14,7 +14,8 @@ Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.p
 loss so far), ckpt_<iter>.pt (with save_every: a checkpoint kept every N iterations), config.json (resolved
 config), log.jsonl (one JSON event per line), .lock (held while a run uses the folder). SIGINT/SIGTERM write
 a checkpoint and exit; a non-finite loss or a diverging validation loss stops without writing one.
-docs/guarantees.md lists what a run promises.
+docs/guarantees.md lists what a run promises. Read top to bottom: train() is the run in nanoGPT's order (config,
+data, model, optimizer, loop), training_loop() the loop, each of its steps a function below it.
 """
 import contextlib
 import glob
@@ -35,22 +36,107 @@ import fsdp
 import measure
 import provenance
 from configurator import ConfigError, describe, load_config, save_config
-from dataset import resolve_dataset
 from devices import agree, all_reduce, any_rank, device_problem, peak_flops, rank_share, setup_distributed
-from fileio import PrepareError, disk_full, disk_full_text, duration
-from model import GPT, GPTConfig, load_hf
+from fileio import disk_full, disk_full_text, duration
+from model import GPT, GPTConfig
 from optimizers import configure_optimizer, get_lr, set_hyperparameters, set_lr
-from runs import (LoadedModel, check_model_args, check_out_dir, file_state, load_checkpoint, lock_out_dir, only_best, open_log,
-                  remove_leftovers, rng_state, save_checkpoint)
+from runs import (LoadedModel, check_model_args, check_out_dir, check_resume, file_state, load_checkpoint, lock_out_dir,
+                  only_best, open_log, public_model, remove_leftovers, rng_state, save_checkpoint)
 from tables import _fmt, json_safe
-from tokenizer import load_tokenizer, tokenizer_mismatch
-from train_config import (CHOICES, DEFAULTS, HELP, INIT_FROM, MODEL_KEYS, PUBLIC_MODEL_KEYS, RANGES, RESUME_IGNORED,
-                          RESUME_MUST_MATCH, TrainingError)
+from train_config import CHOICES, DEFAULTS, HELP, INIT_FROM, MODEL_KEYS, RANGES, TrainingError
 from train_data import check_tokens, data_identity, get_batch, memmap, open_data, verify_tokens, window_starts
 
-# ----------------------------------------------------------------------------- launch checks
+
+# --------------------------------------------------------------------- the run: config, data, model, optimizer, loop
+@dataclass
+class Run:
+    """One run as the training loop sees it: what it reads (config, data, ranks), the model and optimizer, and the
+    counters a checkpoint saves. Plain fields; the steps below are plain functions of it."""
+    cfg: dict
+    meta: dict
+    paths: dict
+    rank: int
+    world: int
+    device: str
+    device_type: str
+    share: list
+    bos: int | None              # what analyze.py prepends to a document (the checkpoint records it)
+    ckpt_path: str
+    best_path: str
+    model_args: dict = None
+    model: torch.nn.Module = None         # what the steps call: compiled and/or wrapped in DDP
+    raw_model: GPT = None                 # the plain module: its weights are what a checkpoint saves
+    optimizer: object = None
+    scaler: object = None
+    autocast: object = None
+    iter_num: int = 0
+    best_val_loss: float = float('inf')
+    last_saved: int | None = None
+    log: object = None                    # log(event): one line of log.jsonl (rank 0), and wandb
+    tokens_per_iter: int = 0              # global batch x block size
+    start_iter: int = 0                   # the loop's state (training_loop sets it): where this job started, the
+    t_start: float = 0.0                  # last progress line, the losses since then and whether any was not
+    t_log: float = 0.0                    # finite (tensors: no device sync per step)
+    last_log_iter: int = 0
+    loss_sum: torch.Tensor = None
+    nonfinite: torch.Tensor = None
+
+    @property
+    def master(self):
+        return self.rank == 0
 
 
+def train(cfg):
+    """One run in nanoGPT's order: config, data, model, optimizer, then the loop, whose evaluations write the
+    checkpoints; every check before the first write, alike on every rank. Returns the last evaluation and 'ckpt'."""
+    # config: the checks that need no process group, the ranks, then what out_dir holds and what a resume changes
+    check_launch(cfg, int(os.environ.get('WORLD_SIZE', 1)))   # before the rendezvous: every rank fails alike
+    rank, local_rank, world, device, device_type = setup_distributed(cfg)
+    share = rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, rank)
+    ckpt_path, best_path = os.path.join(cfg['out_dir'], 'ckpt.pt'), os.path.join(cfg['out_dir'], 'best.pt')
+    opened = collectively(open_run, cfg, ckpt_path, best_path)
+    meta = opened['meta']
+    # data: every token id of the splits this run reads; then rank 0 takes out_dir (the lock, config.json)
+    collectively(check_data, cfg, meta, opened['paths'], rank, world, device)
+    lock = (collectively(claim_out_dir, cfg, ckpt_path, opened['seen'], opened['finished']) if rank == 0
+            else collectively(lambda: None))
+    with contextlib.ExitStack() as cleanup:
+        if lock is not None:
+            cleanup.callback(os.close, lock)   # closing the file releases the lock
+        r = Run(cfg, meta, opened['paths'], rank, world, device, device_type, share, ckpt_path=ckpt_path,
+                best_path=best_path, bos=meta['eot_token'] if cfg['windows'] == 'document' else None,
+                tokens_per_iter=cfg['gradient_accumulation_steps'] * cfg['batch_size'] * cfg['block_size'])
+        ckpt = opened.pop('ckpt')   # no reference left elsewhere: its memory goes with `del ckpt` below
+        # model: fresh, or the checkpoint's or a public model's weights; optimizer: its state when resuming
+        build_model(r, ckpt, opened.pop('pretrained'))
+        build_optimizer(r, ckpt)
+        del ckpt
+        compile_and_wrap(r, local_rank)
+        open_logging(r, cleanup)
+        report_changes(r, [] if opened['finished'] else opened['changes'])   # a finished run applies none
+        with stop_on_signals() as stop:
+            rows = len(range(cfg['batch_size'])[share[0][1]])
+            if r.master:
+                print(f"model: {r.raw_model.num_params() / 1e6:.2f}M parameters | {cfg['optimizer']} | "
+                      f"attn={cfg['attn']} norm={cfg['norm']} pos_emb={cfg['pos_emb']} | {world} rank(s) x {len(share)} "
+                      f"micro-batches x {rows} x {cfg['block_size']} = {r.tokens_per_iter:,} tokens/iter | {device} "
+                      f"{cfg['dtype']}")
+            finished = r.last_saved is not None and r.iter_num >= cfg['max_iters'] and not cfg['eval_only']
+            if finished and r.master:   # e.g. the main job run a second time (init_from='auto')
+                print(f"{r.ckpt_path} is a finished run (iteration {r.iter_num} of max_iters={cfg['max_iters']}): "
+                      f"nothing to train, its evaluation again (not added to log.jsonl); raise --max_iters to train on")
+            if cfg['eval_only'] or finished:
+                return evaluate_only(r)
+            r.log({'event': 'provenance', 'iter': r.iter_num, **provenance.record(device, meta)})   # each job logs one
+            result = training_loop(r, stop)
+        if world > 1:   # no rank tears down its process group while another still writes the checkpoint
+            dist.barrier()
+        print(fsdp.peak_memory_text(rank, device_type, device), flush=True)   # every rank
+        result['ckpt'] = r.ckpt_path
+        return result
+
+
+# ----------------------------------------------------------------------------- config
 def check_launch(cfg, world):
     """Checks that need no process group, so that every rank fails alike before torchrun's rendezvous."""
     problem = device_problem(cfg['device'])
@@ -65,141 +151,6 @@ def check_launch(cfg, world):
         GPTConfig(**{k: cfg[k] for k in MODEL_KEYS} | {'vocab_size': cfg['vocab_size'] or 1})
     except ValueError as e:
         raise TrainingError(str(e)) from None
-
-
-# ----------------------------------------------------------------------------- evaluation
-
-
-@torch.no_grad()
-def evaluate(model, path, meta, cfg, rank, world, device, autocast):
-    """Mean loss and perplexity on the first eval_tokens of val.bin, cut into non-overlapping windows of
-    block_size (+1 target) that are dealt round-robin to the ranks: the same tokens for every run.
-    windows='document': the first windows that start at an eot, as in training."""
-    data = memmap(path, meta)
-    T, B = cfg['block_size'], cfg['batch_size']
-    n_windows = max(1, min(cfg['eval_tokens'] // T, (len(data) - 1) // T))
-    offsets = window_starts(path, meta, T)[:n_windows] if cfg['windows'] == 'document' else np.arange(n_windows) * T
-    mine = list(offsets[rank::world])
-    total = torch.zeros(2, dtype=torch.float64, device=device)   # (sum of losses, number of targets)
-    skipped = max(cfg['causal_free_prefix'] - 1, 0)                # targets the loss ignores per window
-    model.eval()
-    # under fsdp every forward pass is collective: a rank with fewer windows runs the last batches on a window
-    # it does not count (n = 0)
-    for start in range(0, len(offsets[0::world]) if cfg['fsdp'] else len(mine), B):
-        windows = mine[start:start + B] or offsets[:1]
-        xy = torch.from_numpy(np.stack([data[w:w + T + 1] for w in windows]).astype(np.int64))
-        check_tokens(xy, cfg['vocab_size'], path)
-        xy = xy.to(device)
-        with autocast:
-            _, loss = model(xy[:, :-1], xy[:, 1:])
-        n = len(mine[start:start + B]) * (T - skipped)
-        total += torch.tensor([loss.item() * n, n], dtype=torch.float64, device=device)
-    model.train()
-    all_reduce(total)
-    val_loss = (total[0] / total[1]).item()
-    return val_loss, math.exp(min(val_loss, 700.0)), int(total[1].item())
-
-
-@torch.no_grad()
-def probe(raw_model, cfg, meta, path, bos, device):
-    """The paper's metrics on the first probe_docs documents of val.bin, measured by analyze.py's own code exactly
-    as `analyze.py --ckpt out_dir --max_docs probe_docs` measures the checkpoint: the same documents, the same BOS
-    (the checkpoint's), block size and batch size, the analysis path of the un-compiled model in eval mode, float32
-    matmuls. Returns analyze.py's summary numbers and per_layer lists under its JSON keys (NaN as None), and
-    'documents'. Not collective: rank 0 alone calls it."""
-    c = raw_model.config
-    lm = LoadedModel(name='probe', model=raw_model, kind='ours', bos=bos, block_size=c.block_size,
-                     vocab_size=c.vocab_size, config={}, tokenizer=meta.get('tokenizer_info'))
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False      # the training loop allows TF32; analyze.py does not
-    raw_model.eval()
-    try:
-        result, _ = measure.analyze(lm, os.path.dirname(path), cfg['probe_docs'], measure.default_batch_size(device),
-                                    device, quiet=True)
-    finally:
-        raw_model.train()
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-    return json_safe({**{k: result[k] for k in result['per_layer']}, 'per_layer': result['per_layer'],
-                              'documents': result['data']['documents']})
-
-
-# ----------------------------------------------------------------------------- resume
-
-
-def check_resume(cfg, ckpt, meta):
-    """Compare a resume's config with the checkpoint's. Raises a one-line TrainingError listing every key
-    of RESUME_MUST_MATCH that differs (and a change of the data itself); otherwise returns the changes,
-    [(key, old, new)], of RESUME_MAY_CHANGE keys. The schedule's horizon: lr_decay_iters=0 keeps the
-    checkpoint's (resolved) value, so a larger max_iters prolongs the run at min_lr instead of silently
-    stretching the cosine; an explicit lr_decay_iters is a change like any other."""
-    saved = {**DEFAULTS, **(ckpt.get('config') or {}), **ckpt['model_args']}   # keys newer than the checkpoint: defaults
-    saved['lr_decay_iters'] = saved['lr_decay_iters'] or saved['max_iters']
-    if cfg['lr_decay_iters'] == 0:
-        cfg['lr_decay_iters'] = saved['lr_decay_iters']
-    differ = [k for k in DEFAULTS if k not in RESUME_IGNORED and saved[k] != cfg[k]]
-    errors = [f"{k}: checkpoint {saved[k]!r} vs requested {cfg[k]!r}" for k in differ if k in RESUME_MUST_MATCH]
-    old_data = (ckpt.get('data') or {}).get('identity')
-    if old_data is not None and old_data != data_identity(meta):
-        new_data = data_identity(meta)
-        errors.append(f"data {cfg['dataset']}: " + ', '.join(f"{k} {old_data.get(k)!r} -> {new_data.get(k)!r}"
-                                                            for k in new_data if old_data.get(k) != new_data.get(k)))
-    elif old_data is None and 'dataset' in differ:   # a checkpoint without the data's identity: the path must match
-        errors.append(f"dataset: checkpoint {saved['dataset']!r} vs requested {cfg['dataset']!r}")
-    if errors:
-        raise TrainingError(f"cannot resume {os.path.join(cfg['out_dir'], 'ckpt.pt')} with another config "
-                            f"({'; '.join(errors)}); these must match what the checkpoint was trained with "
-                            f"(RESUME_MUST_MATCH in train_config.py): use its values or another --out_dir")
-    return [(k, saved[k], cfg[k]) for k in differ]
-
-
-# ----------------------------------------------------------------------------- public models
-def public_model(cfg, meta):
-    """init_from='hf:NAME_OR_DIR' or 'hf:FILE.gguf': a GPT holding the public model's weights (GPT.from_hf). The
-    model keys it fixes (PUBLIC_MODEL_KEYS) are written into cfg; attn, dropout, block_size and causal_free_prefix
-    stay the config's, so e.g. attn='softmax1' fine-tunes the pretrained weights with softmax-1. The data must be
-    tokenised with the model's own tokenizer (prepare_c4.py --tokenizer hf:...)."""
-    spec = cfg['init_from'][3:]
-    try:
-        hf = load_hf(spec)
-        pretrained = GPT.from_hf(hf, block_size=cfg['block_size'])
-    except ValueError as e:
-        raise TrainingError(str(e)) from None
-    try:
-        mismatch = tokenizer_mismatch(meta.get('tokenizer_info'), load_tokenizer(f'hf:{spec}').record())
-    except PrepareError:
-        mismatch = None    # the model came without a tokenizer: only the vocabulary bound is checked
-    if mismatch:
-        raise TrainingError(f"{resolve_dataset(cfg['dataset'])} does not fit {spec}: {mismatch}; prepare the data with "
-                            f"python prepare_c4.py --tokenizer hf:{spec} ... and point --dataset at it")
-    for k in PUBLIC_MODEL_KEYS:
-        cfg[k] = getattr(pretrained.config, k)
-    return pretrained
-
-
-# ----------------------------------------------------------------------------- training
-@contextlib.contextmanager
-def stop_on_signals():
-    """Yields a dict whose 'signal' is set by SIGINT/SIGTERM (checked once per step); restores handlers."""
-    stop = {'signal': None}
-
-    def on_signal(signum, _frame):
-        stop['signal'] = signum
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def collectively(fn, *args):
-    """fn(*args) on this rank; when it raises a TrainingError on any rank, every rank raises the first one."""
-    try:
-        result, error = fn(*args), None
-    except TrainingError as e:
-        result, error = None, e
-    agree(error)
-    return result
 
 
 def open_run(cfg, ckpt_path, best_path):
@@ -237,7 +188,7 @@ def open_run(cfg, ckpt_path, best_path):
         GPTConfig(**{k: cfg[k] for k in MODEL_KEYS})
     except ValueError as e:
         raise TrainingError(str(e)) from None
-    seen, ckpt, changes = file_state(ckpt_path), None, []
+    seen, ckpt, changes, finished = file_state(ckpt_path), None, [], False
     if resume or cfg['eval_only']:
         ckpt = load_checkpoint(ckpt_path)
         if cfg['eval_only']:
@@ -245,20 +196,17 @@ def open_run(cfg, ckpt_path, best_path):
         else:
             changes = check_resume(cfg, ckpt, meta)
             fsdp.check_sharded(ckpt, ckpt_path, cfg['fsdp'])
+            finished = ckpt['iter_num'] >= cfg['max_iters']   # nothing to train: nothing is recorded either
     else:   # the schedule's horizon is fixed when the run starts, and recorded
         cfg['lr_decay_iters'] = cfg['lr_decay_iters'] or cfg['max_iters']
-    return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen, 'pretrained': pretrained}
+    return {'meta': meta, 'paths': paths, 'ckpt': ckpt, 'changes': changes, 'seen': seen, 'pretrained': pretrained,
+            'finished': finished}
 
 
-def check_data(cfg, meta, paths, rank, world, device):
-    """Every token id of the splits this run reads, before the first step (collective)."""
-    for split in ('val',) if cfg['eval_only'] else ('train', 'val'):
-        verify_tokens(paths[split], meta, split, cfg['vocab_size'], rank, world, device)
-
-
-def claim_out_dir(cfg, ckpt_path, seen):
+def claim_out_dir(cfg, ckpt_path, seen, finished=False):
     """Rank 0, before the first write: the lock on out_dir, a check that no other run changed ckpt.pt
-    meanwhile, leftovers of killed saves, config.json. Returns the lock's file descriptor (None: eval_only)."""
+    meanwhile, leftovers of killed saves, config.json (not for a finished run, which trains nothing). Returns the
+    lock's file descriptor (None: eval_only)."""
     if cfg['eval_only']:
         return None
     try:
@@ -267,7 +215,8 @@ def claim_out_dir(cfg, ckpt_path, seen):
             if file_state(ckpt_path) != seen:
                 raise TrainingError(f"{ckpt_path} changed while this run was starting (another run wrote it); start again")
             remove_leftovers(cfg['out_dir'])
-            save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
+            if not finished:
+                save_config(cfg, os.path.join(cfg['out_dir'], 'config.json'))
         except BaseException:
             os.close(fd)
             raise
@@ -277,69 +226,26 @@ def claim_out_dir(cfg, ckpt_path, seen):
     return fd
 
 
-def probe_text(iter_num, p):
-    """The progress line of a probe (None: nothing was counted, e.g. no document longer than one token)."""
-    f = _fmt
-    return (f"probe iter {iter_num} ({p['documents']} docs): kurtosis first {f(p['kurtosis_first'], '.2f')} rest "
-            f"{f(p['kurtosis_rest'], '.2f')} | max |x| first {f(p['max_abs_first'], '.3g')} rest "
-            f"{f(p['max_abs_rest'], '.3g')} | first attn {f(p['first_attn_argmax'], '.3f')} (mass "
-            f"{f(p['first_attn_mass'], '.3f')})")
+def collectively(fn, *args):
+    """fn(*args) on this rank; when it raises a TrainingError on any rank, every rank raises the first one."""
+    try:
+        result, error = fn(*args), None
+    except TrainingError as e:
+        result, error = None, e
+    agree(error)
+    return result
 
 
-def ppl_text(ppl):
-    """Perplexity for a progress line: evaluate() caps it at exp(700) (~1e304) to stay finite."""
-    return f"{ppl:.2f}" if ppl < 1e6 else f"{ppl:.3g}" if ppl < 1e304 else '>1e304'
+# ----------------------------------------------------------------------------- data
+def check_data(cfg, meta, paths, rank, world, device):
+    """Every token id of the splits this run reads, before the first step (collective)."""
+    for split in ('val',) if cfg['eval_only'] else ('train', 'val'):
+        verify_tokens(paths[split], meta, split, cfg['vocab_size'], rank, world, device)
 
 
-def train(cfg):
-    check_launch(cfg, int(os.environ.get('WORLD_SIZE', 1)))   # before the rendezvous: every rank fails alike
-    rank, local_rank, world, device, device_type = setup_distributed(cfg)
-    master = rank == 0
-    share = rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, rank)
-    ckpt_path, best_path = os.path.join(cfg['out_dir'], 'ckpt.pt'), os.path.join(cfg['out_dir'], 'best.pt')
-    opened = collectively(open_run, cfg, ckpt_path, best_path)
-    collectively(check_data, cfg, opened['meta'], opened['paths'], rank, world, device)
-    lock = collectively(claim_out_dir, cfg, ckpt_path, opened['seen']) if master else collectively(lambda: None)
-    with contextlib.ExitStack() as cleanup:
-        if lock is not None:
-            cleanup.callback(os.close, lock)   # closing the file releases the lock
-        return run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanup)
-
-
-@dataclass
-class Run:
-    """One run as the training loop sees it: what it reads (config, data, ranks), the model and optimizer, and the
-    counters a checkpoint saves. Plain fields; the steps below are plain functions of it."""
-    cfg: dict
-    meta: dict
-    paths: dict
-    rank: int
-    world: int
-    device: str
-    device_type: str
-    share: list
-    bos: int | None              # what analyze.py prepends to a document (the checkpoint records it)
-    ckpt_path: str
-    best_path: str
-    model_args: dict = None
-    model: torch.nn.Module = None         # what the steps call: compiled and/or wrapped in DDP
-    raw_model: GPT = None                 # the plain module: its weights are what a checkpoint saves
-    optimizer: object = None
-    scaler: object = None
-    autocast: object = None
-    iter_num: int = 0
-    best_val_loss: float = float('inf')
-    last_saved: int | None = None
-    log: object = None                    # log(event): one line of log.jsonl (rank 0), and wandb
-
-    @property
-    def master(self):
-        return self.rank == 0
-
-
-def build_model(r, ckpt, pretrained, local_rank):
-    """The model (fresh, from the checkpoint or from a public model's weights), the optimizer and the gradient
-    scaler, with the checkpoint's counters and RNG state when resuming."""
+# ----------------------------------------------------------------------------- model
+def build_model(r, ckpt, pretrained):
+    """The model, fresh or with the checkpoint's or a public model's weights, on the device (fsdp: sharded)."""
     cfg = r.cfg
     torch.manual_seed(cfg['seed'])                   # identical initial weights on every rank
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -356,8 +262,27 @@ def build_model(r, ckpt, pretrained, local_rank):
     model.to(r.device)
     if cfg['fsdp']:   # before the optimizer: it holds the shards (DTensors)
         model = fsdp.shard_model(model, cfg, r.device_type, r.world)
-    r.optimizer = configure_optimizer(model, cfg, r.device_type)
+    r.raw_model = model
+
+
+def compile_and_wrap(r, local_rank):
+    """What the steps call: the model compiled and/or wrapped in DDP, and the autocast of the config's dtype."""
+    cfg, model = r.cfg, r.raw_model
     ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[cfg['dtype']]
+    if cfg['compile']:
+        model = torch.compile(model)
+    if r.world > 1 and not cfg['fsdp']:
+        model = DDP(model, device_ids=[local_rank] if r.device_type == 'cuda' else None)
+    r.model = model
+    r.autocast = (torch.autocast(device_type=r.device_type, dtype=ptdtype) if ptdtype != torch.float32
+                  else contextlib.nullcontext())
+
+
+# ----------------------------------------------------------------------------- optimizer
+def build_optimizer(r, ckpt):
+    """The optimizer and gradient scaler; resuming, their state, the counters and each rank's RNG state."""
+    cfg, model = r.cfg, r.raw_model
+    r.optimizer = configure_optimizer(model, cfg, r.device_type)
     r.scaler = torch.amp.GradScaler(r.device_type, enabled=cfg['dtype'] == 'float16')
     if ckpt is not None:
         if not cfg['eval_only'] and cfg['fsdp']:
@@ -378,54 +303,129 @@ def build_model(r, ckpt, pretrained, local_rank):
         torch.manual_seed(cfg['seed'] + r.rank)         # per-rank dropout streams
         if r.device_type == 'cuda':
             torch.cuda.manual_seed(cfg['seed'] + r.rank)
-    r.raw_model = model
-    if cfg['compile']:
-        model = torch.compile(model)
-    if r.world > 1 and not cfg['fsdp']:
-        model = DDP(model, device_ids=[local_rank] if r.device_type == 'cuda' else None)
-    r.model = model
-    r.autocast = (torch.autocast(device_type=r.device_type, dtype=ptdtype) if ptdtype != torch.float32
-                  else contextlib.nullcontext())
 
 
-def checkpoint(r, *paths):
-    """Write this state to each path in turn, each a file of its own (ckpt.pt before best.pt: a kill in between
-    leaves both valid). Collective. A full disk is a one-line TrainingError; the file being replaced is intact
-    (runs.save_checkpoint writes a temporary file and renames it)."""
-    states = [None] * r.world
-    if r.world > 1:
-        dist.all_gather_object(states, rng_state(r.device_type))
-    else:
-        states = [rng_state(r.device_type)]
-    if not (fsdp.all_finite(r.raw_model) if r.cfg['fsdp'] else all(torch.isfinite(p).all() for p in r.raw_model.parameters())):
-        raise TrainingError("non-finite weights; not overwriting the last good checkpoint")
-    sharded = None
-    if r.cfg['fsdp']:   # the shards first (ckpt.pt names them only once complete), then the full weights on rank 0
-        if paths[0] == r.ckpt_path:
-            sharded = {'dir': fsdp.save_sharded(r.raw_model, r.optimizer, r.cfg['out_dir'], r.iter_num), 'world': r.world}
-        weights = fsdp.full_weights(r.raw_model)
+# ----------------------------------------------------------------------------- the loop
+def training_loop(r, stop):
+    """nanoGPT's loop: evaluate and checkpoint, step, log, until max_iters or a stop (a signal, max_minutes: with a
+    checkpoint). Returns the last evaluation's result (or the stop's)."""
+    cfg = r.cfg
+    r.nonfinite = torch.zeros((), dtype=torch.bool, device=r.device)
+    r.loss_sum = torch.zeros((), device=r.device)
+    r.start_iter, r.t_start = r.iter_num, time.time()
+    r.t_log, r.last_log_iter, result = r.t_start, r.iter_num, {}
+    x, y = get_batch(r.paths['train'], r.meta, cfg, r.iter_num, r.share[0][0], r.device, r.share[0][1])
+    while True:
+        if r.iter_num % cfg['eval_interval'] == 0 or r.iter_num == cfg['max_iters']:
+            result = eval_and_save(r)
+        elif cfg['probe_interval'] and r.iter_num % cfg['probe_interval'] == 0:
+            probe_between(r)
+        if cfg['save_every'] and r.iter_num % cfg['save_every'] == 0 and r.iter_num > 0:
+            keep_checkpoint(r)
+        if r.iter_num >= cfg['max_iters']:
+            return result
+        lr, x, y = optimisation_step(r, x, y)
+        if r.iter_num % cfg['log_interval'] == 0 or r.iter_num == cfg['max_iters']:
+            log_progress(r, lr)
+        reason = stop_reason(r, stop)
+        if reason:
+            return stop_with_checkpoint(r, reason)
+
+
+def optimisation_step(r, x, y):
+    """One iteration: this rank's share of the micro-batches, gradients all-reduced on the last only; the next
+    batch is fetched while this one runs. Returns (lr, x, y) with the next iteration's first batch."""
+    cfg, share = r.cfg, r.share
+    lr = get_lr(r.iter_num, cfg)
+    set_lr(r.optimizer, lr, cfg)
+    for j in range(len(share)):
+        if r.world > 1:
+            r.model.require_backward_grad_sync = j == len(share) - 1
+        with r.autocast:
+            _, loss = r.model(x, y)
+            loss = loss / len(share)
+        nxt_iter, (micro, rows) = (r.iter_num, share[j + 1]) if j + 1 < len(share) else (r.iter_num + 1, share[0])
+        x, y = get_batch(r.paths['train'], r.meta, cfg, nxt_iter, micro, r.device, rows)  # prefetch
+        r.scaler.scale(loss).backward()
+        r.loss_sum += loss.detach()
+        r.nonfinite |= ~torch.isfinite(loss.detach())
+    if cfg['grad_clip'] > 0:
+        r.scaler.unscale_(r.optimizer)
+        torch.nn.utils.clip_grad_norm_(r.raw_model.parameters(), cfg['grad_clip'])
+    r.scaler.step(r.optimizer)
+    r.scaler.update()
+    r.optimizer.zero_grad(set_to_none=True)
+    r.iter_num += 1
+    return lr, x, y
+
+
+def log_progress(r, lr):
+    """The progress line and the train event: mean loss since the last one over the ranks, lr, tokens/s, MFU, eta."""
+    cfg, iter_num = r.cfg, r.iter_num
+    loss_avg = all_reduce(r.loss_sum.clone()).item() / r.world / (iter_num - r.last_log_iter)
+    if not math.isfinite(loss_avg):   # a NaN on any rank makes the all-reduced sum NaN
+        raise TrainingError(f"non-finite loss at iteration {iter_num}; stopped, the last good checkpoint "
+                            f"is kept (lower learning_rate or use grad_clip)")
+    r.loss_sum.zero_()
+    if r.device_type == 'cuda':
+        torch.cuda.synchronize()
+    now, peak = time.time(), peak_flops(r.device_type)
+    tok_s = (iter_num - r.last_log_iter) * r.tokens_per_iter / (now - r.t_log)
+    flops_per_iter = r.raw_model.flops_per_token() * r.tokens_per_iter
+    mfu = flops_per_iter * (iter_num - r.last_log_iter) / (now - r.t_log) / r.world / peak if peak else None
+    eta = (cfg['max_iters'] - iter_num) * (now - r.t_start) / (iter_num - r.start_iter)
+    r.t_log, r.last_log_iter = now, iter_num
+    r.log({'event': 'train', 'iter': iter_num, 'loss': loss_avg, 'lr': lr, 'tokens': iter_num * r.tokens_per_iter,
+           'tokens_per_s': tok_s, 'mfu': mfu, 'elapsed_s': now - r.t_start})
     if r.master:
-        contents = {
-            'model': weights if r.cfg['fsdp'] else r.raw_model.state_dict(),
-            'optimizer': None if r.cfg['fsdp'] else r.optimizer.state_dict(), 'scaler': r.scaler.state_dict(),
-            'model_args': r.model_args, 'iter_num': r.iter_num, 'best_val_loss': r.best_val_loss, 'config': r.cfg,
-            'bos': r.bos,
-            'tokenizer': r.meta.get('tokenizer_info'), 'rng': states,
-            'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': r.iter_num,
-                     'identity': data_identity(r.meta), 'dir': os.path.relpath(os.path.dirname(os.path.abspath(r.paths['val'])),
-                                                     os.path.dirname(os.path.abspath(r.ckpt_path)))}}
-        for path in paths:   # no links between them: a write into one file (a cp onto it, a truncation) leaves the others
-            contents['sharded'] = sharded if path == r.ckpt_path else None   # best.pt, ckpt_<iter>.pt: weights only
-            try:
-                save_checkpoint(path, contents)
-            except (OSError, RuntimeError) as e:
-                if not disk_full(e):
-                    raise
-                kept = (f"{r.ckpt_path} (iteration {r.last_saved}) is kept" if r.last_saved is not None
-                        else "no checkpoint had been written")
-                raise TrainingError(f"{disk_full_text(path)}; {kept}, continue with --init_from=resume") from None
-        if sharded:
-            fsdp.remove_old_shards(r.cfg['out_dir'], keep=sharded['dir'])
+        mfu_s = f" | mfu {100 * mfu:.1f}%" if mfu is not None else ''
+        print(f"iter {iter_num}/{cfg['max_iters']} | loss {loss_avg:.4f} | lr {lr:.2e} | {tok_s:,.0f} tok/s"
+              f"{mfu_s} | eta {duration(eta)}", flush=True)
+
+
+def stop_reason(r, stop):
+    """'signal' or 'max_minutes' (a job's time budget) when the run stops here, agreed by every rank; else None."""
+    cfg = r.cfg
+    out_of_time = 0 < cfg['max_minutes'] * 60 <= time.time() - r.t_start and r.iter_num < cfg['max_iters']
+    stopping = stop['signal'] is not None or out_of_time
+    if r.world > 1:
+        stopping = any_rank(torch.tensor(stopping, device=r.device))
+    return ('max_minutes' if out_of_time else 'signal') if stopping else None
+
+
+def stop_with_checkpoint(r, reason):
+    """A stop like the end of a job: ckpt.pt, a 'stopped' event, exit 0; the next job resumes exactly."""
+    cfg = r.cfg
+    if any_rank(r.nonfinite):
+        raise TrainingError(f"non-finite loss before iteration {r.iter_num}; the last good checkpoint is kept")
+    checkpoint(r, r.ckpt_path)
+    why = f"time budget max_minutes={cfg['max_minutes']:g} reached" if reason == 'max_minutes' else "signal received"
+    r.log({'event': 'stopped', 'iter': r.iter_num, 'reason': reason})
+    if r.master:
+        print(f"{why}: checkpoint written at iteration {r.iter_num} to {r.ckpt_path}; "
+              f"continue with --init_from=resume")
+    return {'interrupted': True, 'iter': r.iter_num}
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """Yields a dict whose 'signal' is set by SIGINT/SIGTERM (checked once per step); restores handlers."""
+    stop = {'signal': None}
+
+    def on_signal(signum, _frame):
+        stop['signal'] = signum
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def check_finite(r, nonfinite, when='before'):
+    if any_rank(nonfinite):
+        raise TrainingError(f"non-finite loss {when} iteration {r.iter_num}; stopped, the last good checkpoint "
+                            f"is kept (lower learning_rate or use grad_clip)")
 
 
 def open_logging(r, cleanup):
@@ -466,29 +466,23 @@ def report_changes(r, changes):
               f"{cfg['lr_decay_iters']} (min_lr after it); pass --lr_decay_iters to change it")
 
 
-def check_finite(r, nonfinite, when='before'):
-    if any_rank(nonfinite):
-        raise TrainingError(f"non-finite loss {when} iteration {r.iter_num}; stopped, the last good checkpoint "
-                            f"is kept (lower learning_rate or use grad_clip)")
-
-
-def eval_and_save(r, nonfinite, start_iter, tokens_per_iter):
+# ----------------------------------------------------------------------------- evaluation
+def eval_and_save(r):
     """The evaluation at an eval_interval (and the last iteration): val loss, the probe, the divergence check, then
     ckpt.pt (and best.pt when it improved). Returns the result of the run so far."""
     cfg = r.cfg
-    check_finite(r, nonfinite)
+    check_finite(r, r.nonfinite)
     val_loss, val_ppl, n = evaluate(r.model, r.paths['val'], r.meta, cfg, r.rank, r.world, r.device, r.autocast)
     event = {'event': 'eval', 'iter': r.iter_num, 'val_loss': val_loss, 'val_ppl': val_ppl, 'val_tokens': n,
-             'tokens': r.iter_num * tokens_per_iter}
-    if cfg['probe_docs'] and (r.master or cfg['fsdp']):   # the other ranks go on and wait at the next collective
-        plain = fsdp.plain_copy(r.raw_model, r.model_args, r.device) if cfg['fsdp'] else r.raw_model   # collective
-        if r.master:
-            event['probe'] = probe(plain, cfg, r.meta, r.paths['val'], r.bos, r.device)
+             'tokens': r.iter_num * r.tokens_per_iter}
+    measured = probe_now(r)
+    if measured is not None:
+        event['probe'] = measured
     r.log(event)
     if r.master:
         print(f"eval iter {r.iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
-    if 'probe' in event:
-        print(probe_text(r.iter_num, event['probe']))
+    if measured is not None:
+        print(probe_text(r.iter_num, measured))
     factor = cfg['divergence_factor']
     if not math.isfinite(val_loss) or (factor and val_loss > r.best_val_loss + math.log(factor)):
         r.log({'event': 'diverged', 'iter': r.iter_num, 'val_loss': val_loss, 'best_val_loss': r.best_val_loss,
@@ -500,136 +494,169 @@ def eval_and_save(r, nonfinite, start_iter, tokens_per_iter):
                             f"writing a checkpoint, {kept}; resume with a lower --learning_rate, or "
                             f"--divergence_factor=0 to train on")
     improved, r.best_val_loss = val_loss < r.best_val_loss, min(r.best_val_loss, val_loss)
-    if r.iter_num > start_iter and (improved or cfg['always_save_checkpoint'] or r.iter_num == cfg['max_iters']):
+    # a resume evaluates its checkpoint's iteration again, and saves when that improved: the evaluation of a job of a
+    # max_minutes chain that stopped there before evaluating it (else such a chain would never write best.pt)
+    resumed_here = r.iter_num == r.start_iter and r.last_saved == r.iter_num
+    if (r.iter_num > r.start_iter and (improved or cfg['always_save_checkpoint'] or r.iter_num == cfg['max_iters'])
+            or resumed_here and improved):
         checkpoint(r, r.ckpt_path, *([r.best_path] if improved else []))
         r.last_saved = r.iter_num
     return {'val_loss': val_loss, 'val_ppl': val_ppl, 'iter': r.iter_num}
 
 
-def optimisation_step(r, x, y, loss_sum, nonfinite):
-    """One iteration: this rank's share of the micro-batches, gradients all-reduced on the last only; the next
-    batch is fetched while this one runs. Returns (lr, x, y) with the next iteration's first batch."""
-    cfg, share = r.cfg, r.share
-    lr = get_lr(r.iter_num, cfg)
-    set_lr(r.optimizer, lr, cfg)
-    for j in range(len(share)):
-        if r.world > 1:
-            r.model.require_backward_grad_sync = j == len(share) - 1
-        with r.autocast:
-            _, loss = r.model(x, y)
-            loss = loss / len(share)
-        nxt_iter, (micro, rows) = (r.iter_num, share[j + 1]) if j + 1 < len(share) else (r.iter_num + 1, share[0])
-        x, y = get_batch(r.paths['train'], r.meta, cfg, nxt_iter, micro, r.device, rows)  # prefetch
-        r.scaler.scale(loss).backward()
-        loss_sum += loss.detach()
-        nonfinite |= ~torch.isfinite(loss.detach())
-    if cfg['grad_clip'] > 0:
-        r.scaler.unscale_(r.optimizer)
-        torch.nn.utils.clip_grad_norm_(r.raw_model.parameters(), cfg['grad_clip'])
-    r.scaler.step(r.optimizer)
-    r.scaler.update()
-    r.optimizer.zero_grad(set_to_none=True)
-    r.iter_num += 1
-    return lr, x, y
+@torch.no_grad()
+def evaluate(model, path, meta, cfg, rank, world, device, autocast):
+    """Mean loss and perplexity on the first eval_tokens of val.bin, cut into non-overlapping windows of
+    block_size (+1 target) that are dealt round-robin to the ranks: the same tokens for every run.
+    windows='document': the first windows that start at an eot, as in training."""
+    data = memmap(path, meta)
+    T, B = cfg['block_size'], cfg['batch_size']
+    n_windows = max(1, min(cfg['eval_tokens'] // T, (len(data) - 1) // T))
+    offsets = window_starts(path, meta, T)[:n_windows] if cfg['windows'] == 'document' else np.arange(n_windows) * T
+    mine = list(offsets[rank::world])
+    total = torch.zeros(2, dtype=torch.float64, device=device)   # (sum of losses, number of targets)
+    skipped = max(cfg['causal_free_prefix'] - 1, 0)                # targets the loss ignores per window
+    model.eval()
+    # under fsdp every forward pass is collective: a rank with fewer windows runs the last batches on a window
+    # it does not count (n = 0)
+    for start in range(0, len(offsets[0::world]) if cfg['fsdp'] else len(mine), B):
+        windows = mine[start:start + B] or offsets[:1]
+        xy = np.stack([data[w:w + T + 1] for w in windows])
+        check_tokens(xy, cfg['vocab_size'], path)
+        xy = torch.from_numpy(xy.astype(np.int64)).to(device)
+        with autocast:
+            _, loss = model(xy[:, :-1], xy[:, 1:])
+        n = len(mine[start:start + B]) * (T - skipped)
+        total += torch.tensor([loss.item() * n, n], dtype=torch.float64, device=device)
+    model.train()
+    all_reduce(total)
+    val_loss = (total[0] / total[1]).item()
+    return val_loss, math.exp(min(val_loss, 700.0)), int(total[1].item())
 
 
-def training_loop(r, stop, tokens_per_iter):
-    """Evaluate, checkpoint, step, log, until max_iters or a signal. Returns the last evaluation's result."""
-    cfg, master, device = r.cfg, r.master, r.device
-    flops_per_iter, peak = r.raw_model.flops_per_token() * tokens_per_iter, peak_flops(r.device_type)
-    nonfinite = torch.zeros((), dtype=torch.bool, device=device)
-    loss_sum = torch.zeros((), device=device)
-    start_iter, t_start = r.iter_num, time.time()
-    t_log, last_log_iter, result = t_start, r.iter_num, {}
-    x, y = get_batch(r.paths['train'], r.meta, cfg, r.iter_num, r.share[0][0], device, r.share[0][1])
-    while True:
-        if r.iter_num % cfg['eval_interval'] == 0 or r.iter_num == cfg['max_iters']:
-            result = eval_and_save(r, nonfinite, start_iter, tokens_per_iter)
-        # save_every: the series ckpt_<iter>.pt, after this iteration's evaluation passed (and at the iteration a
-        # resume starts from, when its file is missing: a kill between ckpt.pt and it, or save_every set on resume)
-        kept_path = os.path.join(cfg['out_dir'], f'ckpt_{r.iter_num}.pt')
-        if cfg['save_every'] and r.iter_num % cfg['save_every'] == 0 and r.iter_num > 0 and (
-                r.iter_num > start_iter or any_rank(torch.tensor(master and not os.path.exists(kept_path), device=device))):
-            check_finite(r, nonfinite)
-            checkpoint(r, kept_path)
-        if r.iter_num >= cfg['max_iters']:
-            break
-        lr, x, y = optimisation_step(r, x, y, loss_sum, nonfinite)
-        iter_num = r.iter_num
-        if iter_num % cfg['log_interval'] == 0 or iter_num == cfg['max_iters']:
-            loss_avg = all_reduce(loss_sum.clone()).item() / r.world / (iter_num - last_log_iter)
-            if not math.isfinite(loss_avg):   # a NaN on any rank makes the all-reduced sum NaN
-                raise TrainingError(f"non-finite loss at iteration {iter_num}; stopped, the last good checkpoint "
-                                    f"is kept (lower learning_rate or use grad_clip)")
-            loss_sum.zero_()
-            if r.device_type == 'cuda':
-                torch.cuda.synchronize()
-            now = time.time()
-            tok_s = (iter_num - last_log_iter) * tokens_per_iter / (now - t_log)
-            mfu = flops_per_iter * (iter_num - last_log_iter) / (now - t_log) / r.world / peak if peak else None
-            eta = (cfg['max_iters'] - iter_num) * (now - t_start) / (iter_num - start_iter)
-            t_log, last_log_iter = now, iter_num
-            r.log({'event': 'train', 'iter': iter_num, 'loss': loss_avg, 'lr': lr, 'tokens': iter_num * tokens_per_iter,
-                   'tokens_per_s': tok_s, 'mfu': mfu, 'elapsed_s': now - t_start})
-            if master:
-                mfu_s = f" | mfu {100 * mfu:.1f}%" if mfu is not None else ''
-                print(f"iter {iter_num}/{cfg['max_iters']} | loss {loss_avg:.4f} | lr {lr:.2e} | {tok_s:,.0f} tok/s"
-                      f"{mfu_s} | eta {duration(eta)}", flush=True)
-        # a job's time budget (max_minutes) stops like a signal: a checkpoint, exit 0, the next job resumes
-        out_of_time = 0 < cfg['max_minutes'] * 60 <= time.time() - t_start and r.iter_num < cfg['max_iters']
-        stopping = stop['signal'] is not None or out_of_time
-        if r.world > 1:   # every rank must agree to stop at the same iteration (one tiny all-reduce per step)
-            stopping = any_rank(torch.tensor(stopping, device=device))
-        if stopping:
-            if any_rank(nonfinite):
-                raise TrainingError(f"non-finite loss before iteration {iter_num}; the last good checkpoint is kept")
-            checkpoint(r, r.ckpt_path)
-            why = f"time budget max_minutes={cfg['max_minutes']:g} reached" if out_of_time else "signal received"
-            r.log({'event': 'stopped', 'iter': iter_num, 'reason': 'max_minutes' if out_of_time else 'signal'})
-            if master:
-                print(f"{why}: checkpoint written at iteration {iter_num} to {r.ckpt_path}; "
-                      f"continue with --init_from=resume")
-            return {'interrupted': True, 'iter': iter_num}
-    return result
+def probe_now(r):
+    """The probe (probe_docs > 0) of the weights as they are, on rank 0; under fsdp every rank takes part in
+    gathering a plain copy. Returns its result on rank 0, else None."""
+    cfg = r.cfg
+    if not cfg['probe_docs'] or not (r.master or cfg['fsdp']):   # the other ranks go on and wait at the next collective
+        return None
+    plain = fsdp.plain_copy(r.raw_model, r.model_args, r.device) if cfg['fsdp'] else r.raw_model   # collective
+    return probe(plain, cfg, r.meta, r.paths['val'], r.bos, r.device) if r.master else None
 
 
-def run(cfg, rank, local_rank, world, device, device_type, share, opened, cleanup):
-    """The run of train(), once it is checked and (rank 0) holds out_dir: model, logging, then the loop."""
-    meta = opened['meta']
-    ckpt = opened.pop('ckpt')   # no reference left elsewhere: its memory goes with `del ckpt` below
-    r = Run(cfg, meta, opened['paths'], rank, world, device, device_type, share,
-            bos=meta['eot_token'] if cfg['windows'] == 'document' else None,
-            ckpt_path=os.path.join(cfg['out_dir'], 'ckpt.pt'), best_path=os.path.join(cfg['out_dir'], 'best.pt'))
-    tokens_per_iter = cfg['gradient_accumulation_steps'] * cfg['batch_size'] * cfg['block_size']
-    build_model(r, ckpt, opened.pop('pretrained'), local_rank)
-    del ckpt
-    open_logging(r, cleanup)
-    report_changes(r, opened['changes'])
-    with stop_on_signals() as stop:
-        rows = len(range(cfg['batch_size'])[share[0][1]])
-        if r.master:
-            print(f"model: {r.raw_model.num_params() / 1e6:.2f}M parameters | {cfg['optimizer']} | attn={cfg['attn']} "
-                  f"norm={cfg['norm']} pos_emb={cfg['pos_emb']} | {world} rank(s) x {len(share)} micro-batches x "
-                  f"{rows} x {cfg['block_size']} = {tokens_per_iter:,} tokens/iter | {device} {cfg['dtype']}")
-        finished = r.last_saved is not None and r.iter_num >= cfg['max_iters'] and not cfg['eval_only']
-        if finished and r.master:   # e.g. the main job run a second time (init_from='auto')
-            print(f"{r.ckpt_path} is a finished run (iteration {r.iter_num} of max_iters={cfg['max_iters']}): nothing "
-                  f"to train, its evaluation again (not added to log.jsonl); raise --max_iters to train on")
-        if not (cfg['eval_only'] or finished):   # what made the iterations that follow (each job logs one)
-            r.log({'event': 'provenance', 'iter': r.iter_num, **provenance.record(device, meta)})
-        if cfg['eval_only'] or finished:
-            val_loss, val_ppl, n = evaluate(r.model, r.paths['val'], meta, cfg, rank, world, device, r.autocast)
-            if r.master:
-                print(f"eval at iter {r.iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
-            return {'val_loss': val_loss, 'val_ppl': val_ppl, 'iter': r.iter_num, 'ckpt': r.ckpt_path}
-        result = training_loop(r, stop, tokens_per_iter)
-    if world > 1:   # no rank tears down its process group while another still writes the checkpoint
-        dist.barrier()
-    print(fsdp.peak_memory_text(rank, device_type, device), flush=True)   # every rank
-    result['ckpt'] = r.ckpt_path
-    return result
+def probe_between(r):
+    """probe_interval: the probe alone between evaluations, logged as {"event": "probe", "iter", "tokens",
+    "probe"}; no evaluation, no checkpoint, nothing that changes the run."""
+    measured = probe_now(r)
+    if measured is not None:
+        r.log({'event': 'probe', 'iter': r.iter_num, 'tokens': r.iter_num * r.tokens_per_iter, 'probe': measured})
+        print(probe_text(r.iter_num, measured), flush=True)
 
 
+@torch.no_grad()
+def probe(raw_model, cfg, meta, path, bos, device):
+    """The paper's metrics on the first probe_docs documents of val.bin, measured by analyze.py's own code exactly
+    as `analyze.py --ckpt out_dir --max_docs probe_docs` measures the checkpoint: the same documents, the same BOS
+    (the checkpoint's), block size and batch size, the analysis path of the un-compiled model in eval mode, float32
+    matmuls. Returns analyze.py's summary numbers and per_layer lists under its JSON keys (NaN as None), and
+    'documents'. Not collective: rank 0 alone calls it."""
+    c = raw_model.config
+    lm = LoadedModel(name='probe', model=raw_model, kind='ours', bos=bos, block_size=c.block_size,
+                     vocab_size=c.vocab_size, config={}, tokenizer=meta.get('tokenizer_info'))
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False      # the training loop allows TF32; analyze.py does not
+    raw_model.eval()
+    try:
+        result, _ = measure.analyze(lm, os.path.dirname(path), cfg['probe_docs'], measure.default_batch_size(device),
+                                    device, quiet=True)
+    finally:
+        raw_model.train()
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return json_safe({**{k: result[k] for k in result['per_layer']}, 'per_layer': result['per_layer'],
+                              'documents': result['data']['documents']})
+
+
+def evaluate_only(r):
+    """eval_only, or a finished run started again: the evaluation of its checkpoint, printed; nothing written."""
+    val_loss, val_ppl, n = evaluate(r.model, r.paths['val'], r.meta, r.cfg, r.rank, r.world, r.device, r.autocast)
+    if r.master:
+        print(f"eval at iter {r.iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
+    return {'val_loss': val_loss, 'val_ppl': val_ppl, 'iter': r.iter_num, 'ckpt': r.ckpt_path}
+
+
+def probe_text(iter_num, p):
+    """The progress line of a probe (None: nothing was counted, e.g. no document longer than one token)."""
+    f = _fmt
+    return (f"probe iter {iter_num} ({p['documents']} docs): kurtosis first {f(p['kurtosis_first'], '.2f')} rest "
+            f"{f(p['kurtosis_rest'], '.2f')} | max |x| first {f(p['max_abs_first'], '.3g')} rest "
+            f"{f(p['max_abs_rest'], '.3g')} | first attn {f(p['first_attn_argmax'], '.3f')} (mass "
+            f"{f(p['first_attn_mass'], '.3f')})")
+
+
+def ppl_text(ppl):
+    """Perplexity for a progress line: evaluate() caps it at exp(700) (~1e304) to stay finite."""
+    return f"{ppl:.2f}" if ppl < 1e6 else f"{ppl:.3g}" if ppl < 1e304 else '>1e304'
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def keep_checkpoint(r):
+    """save_every's ckpt_<iter>.pt, after this iteration's evaluation passed; at a resume's first iteration only
+    when the file is missing (a kill between ckpt.pt and it, or save_every set on resume)."""
+    path = os.path.join(r.cfg['out_dir'], f'ckpt_{r.iter_num}.pt')
+    if r.iter_num > r.start_iter or any_rank(torch.tensor(r.master and not os.path.exists(path), device=r.device)):
+        check_finite(r, r.nonfinite)
+        checkpoint(r, path)
+
+
+def checkpoint(r, *paths):
+    """Write this state to each path in turn, each a file of its own (ckpt.pt before best.pt: a kill in between
+    leaves both valid). Collective. A full disk is a one-line TrainingError; the file being replaced is intact
+    (runs.save_checkpoint writes a temporary file and renames it)."""
+    states = [None] * r.world
+    if r.world > 1:
+        dist.all_gather_object(states, rng_state(r.device_type))
+    else:
+        states = [rng_state(r.device_type)]
+    if not (fsdp.all_finite(r.raw_model) if r.cfg['fsdp'] else all(torch.isfinite(p).all() for p in r.raw_model.parameters())):
+        raise TrainingError("non-finite weights; not overwriting the last good checkpoint")
+    sharded, error = None, None
+    kept = (f"{r.ckpt_path} (iteration {r.last_saved}) is kept" if r.last_saved is not None
+            else "no checkpoint had been written")
+    if r.cfg['fsdp']:   # the shards first (ckpt.pt names them only once complete), then the full weights on rank 0
+        if paths[0] == r.ckpt_path:
+            sharded = fsdp.save_sharded(r.raw_model, r.optimizer, r.cfg['out_dir'], r.iter_num, kept,
+                                        reuse=r.last_saved == r.iter_num)
+        weights = fsdp.full_weights(r.raw_model)
+    if r.master:
+        contents = {
+            'model': weights if r.cfg['fsdp'] else r.raw_model.state_dict(),
+            'optimizer': None if r.cfg['fsdp'] else r.optimizer.state_dict(), 'scaler': r.scaler.state_dict(),
+            'model_args': r.model_args, 'iter_num': r.iter_num, 'best_val_loss': r.best_val_loss, 'config': r.cfg,
+            'bos': r.bos,
+            'tokenizer': r.meta.get('tokenizer_info'), 'rng': states,
+            'data': {'sampler': 'keyed by (seed, iter, micro)', 'next_iter': r.iter_num,
+                     'identity': data_identity(r.meta), 'dir': os.path.relpath(os.path.dirname(os.path.abspath(r.paths['val'])),
+                                                     os.path.dirname(os.path.abspath(r.ckpt_path)))}}
+        for path in paths:   # no links between them: a write into one file (a cp onto it, a truncation) leaves the others
+            # fsdp: best.pt names the shards too (cp best.pt ckpt.pt resumes it); ckpt_<iter>.pt holds the weights only
+            contents['sharded'] = sharded if path in (r.ckpt_path, r.best_path) else None
+            try:
+                save_checkpoint(path, contents)
+            except (OSError, RuntimeError) as e:
+                if not disk_full(e):
+                    raise
+                error = TrainingError(f"{disk_full_text(path)}; {kept}, continue with --init_from=resume")
+                break
+        if sharded and error is None:   # the folders ckpt.pt and best.pt name stay
+            best = sharded if r.best_path in paths else fsdp.named_shards(r.best_path)
+            fsdp.remove_old_shards(r.cfg['out_dir'], keep={sharded['dir'], (best or {}).get('dir')})
+    if r.world > 1:   # rank 0's failure stops every rank with its one line
+        agree(error)
+    elif error:
+        raise error
+
+
+# ----------------------------------------------------------------------------- command line
 def usage():
     return (f"usage: python train.py [CONFIG_FILE ...] [--key=value ...]\n"
             f"       torchrun --standalone --nproc_per_node=N train.py [CONFIG_FILE ...] [--key=value ...]\n\n"

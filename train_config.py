@@ -1,9 +1,13 @@
 """train.py's config schema in one place: every key with its default (DEFAULTS), allowed values (CHOICES),
 numeric range (RANGES) and --help line (HELP); what a resume may change (RESUME_*); and TrainingError, the
-one-line error that ends a run. configurator.py checks a config against these; reproduce.py and bench.py read them."""
+one-line error that ends a run. configurator.py checks a config against these; reproduce.py and bench.py read them.
+The choices of the model, optimizer and rotation keys are those of the modules that implement them (model.CHOICES,
+optimizers.OPTIMIZERS, orthoadam.ROTATIONS and AXES): a value added there is valid here."""
 from dataclasses import fields
 
+import orthoadam
 from model import CHOICES as MODEL_CHOICES, GPTConfig
+from optimizers import OPTIMIZERS
 
 
 DEFAULTS = dict(
@@ -11,6 +15,7 @@ DEFAULTS = dict(
     out_dir='out', init_from='scratch', eval_interval=1000, eval_tokens=1_048_576, eval_only=False,
     log_interval=10, always_save_checkpoint=True, save_every=0, divergence_factor=10.0,
     probe_docs=8,    # at every evaluation, analyze.py's metrics on the first probe_docs validation documents (0 = off)
+    probe_interval=0,   # also probe every N iterations between evaluations, without evaluating or saving (0 = off)
     wandb_log=False, wandb_project='softmax1-orthoadam', wandb_run_name='run',
     # data: data/<dataset>/{train,val}.bin + meta.json (an absolute path works too)
     dataset='c4', batch_size=32, gradient_accumulation_steps=16,   # global accumulation over all ranks
@@ -34,16 +39,16 @@ DEFAULTS = dict(
 CHOICES = dict(
     MODEL_CHOICES,
     windows=('random', 'document'),
-    optimizer=('adamw', 'orthoadam', 'rmsprop', 'sgd', 'muon'),
-    orthoadam_rotation=('hadamard', 'haar'),
-    orthoadam_axes=('all', 'residual'),
+    optimizer=OPTIMIZERS,
+    orthoadam_rotation=orthoadam.ROTATIONS,
+    orthoadam_axes=orthoadam.AXES,
     orthoadam_vocab_axis=('skip', 'rotate'),
     dtype=('auto', 'float32', 'bfloat16', 'float16'),
 )
 # the valid interval of every numeric key (configurator.py checks them)
 RANGES = dict(
     eval_interval='[1, inf)', eval_tokens='[1, inf)', log_interval='[1, inf)', save_every='[0, inf)',
-    divergence_factor='[0, inf)', probe_docs='[0, inf)',
+    divergence_factor='[0, inf)', probe_docs='[0, inf)', probe_interval='[0, inf)',
     batch_size='[1, inf)', gradient_accumulation_steps='[1, inf)',
     n_layer='[1, inf)', n_head='[1, inf)', n_embd='[1, inf)', block_size='[1, inf)', vocab_size='[0, inf)',
     dropout='[0, 1)', causal_free_prefix='[0, inf)',
@@ -66,6 +71,8 @@ HELP = dict(
     save_every='also keep ckpt_<iter>.pt every N iterations, never overwritten by later ones (0 = off)',
     divergence_factor='stop (exit 2, no checkpoint written) when val perplexity > factor x the best so far; 0 = off',
     probe_docs="at every evaluation, analyze.py's metrics on the first N validation documents, logged as 'probe'; 0 = off",
+    probe_interval="also every N iterations, the probe alone (a 'probe' event: no evaluation, no checkpoint): a finer "
+                   "trajectory for the cost of the probe; 0 = only at evaluations",
     wandb_log='also log the events to wandb', wandb_project='wandb project', wandb_run_name='wandb run name',
     dataset='prepared data folder data/<dataset>, or a path (prepare_c4.py)',
     batch_size='sequences per micro-batch (split over ranks when there are more ranks than micro-batches)',
@@ -90,7 +97,8 @@ HELP = dict(
     momentum='SGD and RMSProp momentum (0 = none)', grad_clip='global gradient-norm clipping (0 = off)',
     muon_lr="optimizer='muon': peak lr of Muon's matrices (the rest: learning_rate)",
     muon_momentum="optimizer='muon': Muon's (Nesterov) momentum",
-    orthoadam_rotation='OrthoAdam per-axis rotation', orthoadam_axes='OrthoAdam: rotate the residual axes or all',
+    orthoadam_rotation="OrthoAdam per-axis rotation ('identity': Q = I)",
+    orthoadam_axes="OrthoAdam: rotate the residual axes, all, or none (AdamW's arithmetic)",
     orthoadam_vocab_axis="OrthoAdam with axes='all': the embedding's vocabulary axis",
     orthoadam_seed='seed of the OrthoAdam rotations',
     max_iters='iterations to train',
@@ -109,7 +117,7 @@ HELP = dict(
 # printed ("changed on resume: key old -> new") and logged ({"event": "resume_change"}).
 RESUME_MAY_CHANGE = {
     'out_dir', 'eval_interval', 'eval_tokens', 'log_interval', 'always_save_checkpoint', 'save_every',
-    'divergence_factor', 'probe_docs', 'wandb_log', 'wandb_project', 'wandb_run_name',
+    'divergence_factor', 'probe_docs', 'probe_interval', 'wandb_log', 'wandb_project', 'wandb_run_name',
     'learning_rate', 'min_lr', 'warmup_iters', 'lr_decay_iters', 'decay_lr', 'max_iters', 'max_minutes',
     'weight_decay', 'beta1', 'beta2', 'eps', 'momentum', 'grad_clip', 'muon_lr', 'muon_momentum',
     'device', 'dtype', 'compile',

@@ -56,6 +56,31 @@ def bigram_data(tmp_path_factory):
     return write_dataset(str(tmp_path_factory.mktemp('data') / 'bigram'))
 
 
+@pytest.fixture(scope='session')
+def gpt2_ranks_path(tmp_path_factory):
+    """GPT-2's BPE ranks file, got the way a user gets it: the local copy tokenizer.py finds ($GPT2_TIKTOKEN, the
+    corpus cache, tiktoken's cache), else the pinned openai-whisper sdist that pinned_corpus.gpt2_ranks fetches from PyPI
+    and sha256-checks, into a folder of this test run (once per run). Skips, saying why, when PyPI is unreachable."""
+    import pinned_corpus
+    from tokenizer import gpt2_ranks_file
+    local = gpt2_ranks_file()
+    if local is not None:
+        return local
+    try:
+        return str(pinned_corpus.gpt2_ranks(tmp_path_factory.mktemp('gpt2_ranks')))
+    except pinned_corpus.CorpusError as e:
+        if 'cannot download' in str(e):   # no network: what a user without it would see
+            pytest.skip(f"needs GPT-2's BPE ranks, and PyPI is unreachable: {e}")
+        raise
+
+
+@pytest.fixture
+def gpt2_ranks(gpt2_ranks_path, monkeypatch):
+    """gpt2_ranks_path, named by $GPT2_TIKTOKEN for this test (and the processes it starts)."""
+    monkeypatch.setenv('GPT2_TIKTOKEN', gpt2_ranks_path)
+    return gpt2_ranks_path
+
+
 def pytest_configure(config):
     # torch.compile's CPU backend imports torch.utils.mkldnn, whose ScriptModules use torch.jit.script_method: one
     # DeprecationWarning per method (14) from inside torch, nothing this repository calls. Only that message, from
@@ -64,3 +89,17 @@ def pytest_configure(config):
                             'torch.jit._script')
     config.addinivalue_line('markers', 'gpu: run on CUDA by gpu_suite.py (python -m pytest -m gpu tests); tests/test_gpu.py '
                             'skips without CUDA, the Triton kernels\' tests run in the interpreter there')
+
+
+def read_only_run(cmd, folder, cwd=ROOT, timeout=300):
+    """subprocess.run(cmd) while `folder` is a read-only filesystem: an empty tmpfs mounted read-only over it, in a
+    mount namespace of the command's own (unshare -rm: no root needed where user namespaces are allowed, nothing
+    mounted for anyone else). Skips the test on a machine that cannot."""
+    import shutil
+    import subprocess
+    if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
+        pytest.skip('needs unshare -rm (a mount namespace) for a read-only mount')
+    os.makedirs(folder, exist_ok=True)
+    script = 'mount -t tmpfs -o ro,size=64k tmpfs "$0" && exec "$@"'
+    return subprocess.run(['unshare', '-rm', 'sh', '-c', script, str(folder), *cmd], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)

@@ -176,6 +176,25 @@ def test_attention_metrics_on_hand_made_maps():
     assert r['per_layer']['first_attn_mass'] == pytest.approx([(0.325 + 0.3375) / 2])
 
 
+def test_rows_with_no_mass_are_left_out_of_the_argmax_share_and_counted_as_empty():
+    """A row of zeros (softpick, clipped softmax) attends nowhere: argmax would call it key 0 (ties go to key 0). It is
+    left out of first_attn_argmax, whose share is taken over the rows that attend somewhere, and counted in
+    attn_empty; its whole mass counts in attn_nowhere."""
+    p = torch.zeros(1, 2, 4, 4)
+    p[0, 0] = torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0], [.2, .5, .1, 0], [.3, .1, .1, .2]])   # query 1 empty
+    p[0, 1] = torch.tensor([[0, 0, 0, 0], [.6, .4, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]])        # queries 2, 3 empty
+    s = Stats(1, 2)
+    s.update([torch.randn(1, 4, 8)], [p], torch.ones(1, 4, dtype=torch.bool))
+    r = s.result()
+    assert r['per_head']['first_attn_argmax'][0] == pytest.approx([1 / 2, 1 / 1])       # not [2 / 3, 3 / 3]
+    assert r['first_attn_argmax'] == pytest.approx((1 + 1) / (2 + 1))                   # the layer's attending rows
+    assert r['per_head']['attn_empty'][0] == pytest.approx([1 / 3, 2 / 3]) and r['attn_empty'] == pytest.approx(0.5)
+    assert r['per_head']['attn_nowhere'][0] == pytest.approx([(1 + .2 + .3) / 3, (0 + 1 + 1) / 3])
+    s = Stats(1, 2)                                                                     # a head with no such row
+    s.update([torch.randn(1, 4, 8)], [p * torch.tensor([1.0, 0.0])[None, :, None, None]], torch.ones(1, 4, dtype=torch.bool))
+    assert math.isnan(s.result()['per_head']['first_attn_argmax'][0][1]) and s.result()['first_attn_argmax'] == 0.5
+
+
 def test_sink_rate_counts_heads_over_epsilon_per_document_on_hand_made_maps():
     """Gu et al.'s sink rate: per document, layer and head, alpha = the mean over every query (query 0 included) of
     the probability on key 0; the share of (document, layer, head) with alpha > eps. Alphas counted by hand below;
@@ -382,6 +401,30 @@ def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkey
     assert e.value.code == 2
 
 
+def test_trajectories_refuse_a_plots_path_they_cannot_write_before_drawing(tmp_path):
+    """Issue 36, cases 28-29: --plots FILE (a FileExistsError) and --plots on a read-only filesystem (an OSError from
+    the figure's save) are one line."""
+    from conftest import read_only_run
+    a = write_probe_log(str(tmp_path / 'vanilla'), 100.0)
+    (tmp_path / 'FILE').write_text('mine')
+    with pytest.raises(SystemExit) as e:
+        analyze.main(['--trajectories', a, '--plots', str(tmp_path / 'FILE')])
+    assert str(e.value) == f"analyze.py: error: --plots {tmp_path / 'FILE'} is a file, not a folder; choose another --plots"
+    assert (tmp_path / 'FILE').read_text() == 'mine'
+    ro = tmp_path / 'ro'
+    r = read_only_run([sys.executable, 'analyze.py', '--trajectories', a, '--plots', str(ro)], ro)
+    assert r.returncode == 1 and r.stderr.strip() == (f"analyze.py: error: --plots {ro}: cannot write to {ro} "
+                                                      f"(a read-only filesystem); choose another --plots"), r.stderr
+
+
+def test_table_rows_name_each_models_attention_and_optimizer():
+    cells = lambda **config: tables.model_cells('x', dict(n_params=2_500_000, **config))[1:]
+    assert cells(attn='softpick', optimizer='muon') == ['2.5M', 'softpick', 'muon']
+    assert cells(attn='softmax', attn_bias=True, optimizer='adamw')[1] == 'softmax + attn_bias'
+    assert cells(attn='gated', sink_token=True, optimizer='orthoadam')[1:] == ['gated + sink_token', 'orthoadam']
+    assert cells(model_type='gpt2') == ['2.5M', 'softmax', 'n/a']     # a public model: trained elsewhere
+
+
 def test_run_label():
     assert tables.run_label('out/x/ckpt.pt') == 'x' and tables.run_label('runs/y.pt') == 'y'
     assert tables.run_label('meta-llama/Llama-2-7b-hf') == 'Llama-2-7b-hf' and tables.run_label('gpt2') == 'gpt2'
@@ -402,9 +445,11 @@ def direct_metrics(per_doc):
         out['norm_ratio_rest'].append(np.mean([np.abs(v).max() / np.linalg.norm(v) for h in hs for v in h[1:]]))
         ps = [a[m].double().numpy() for _, a in per_doc]
         queries = [(p[:, t], t) for p in ps for t in range(1, p.shape[-1])]          # (H, T) rows, query t > 0
-        out['first_attn_argmax'].append(np.mean([np.mean(row[:, :t + 1].argmax(-1) == 0) for row, t in queries]))
+        heads = [(row[h, :t + 1], t) for row, t in queries for h in range(row.shape[0])]   # one (query, head) each
+        out['first_attn_argmax'].append(np.mean([h.argmax() == 0 for h, _ in heads if h.max() > 0]))
         out['first_attn_mass'].append(np.mean([row[:, 0].mean() for row, _ in queries]))
         out['attn_nowhere'].append(np.mean([(1 - row.sum(-1)).mean() for row, _ in queries]))
+        out['attn_empty'].append(np.mean([h.max() <= 0 for h, _ in heads]))
     return out
 
 
@@ -484,7 +529,7 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     text = capsys.readouterr().out
     lines = [line for line in text.splitlines() if line.startswith(('base', 's1oa'))]
     assert len(lines) == 4 and 'E_m[κ_m,1]' in text and 'First Attn' in text
-    assert lines[1].split()[2:4] == ['✓', '✓']              # s1oa: Softmax+1? and OrthoAdam?
+    assert lines[1].split()[2:4] == ['softmax1', 'orthoadam']   # each row names its attention and optimizer
     for name in ('base', 's1oa'):
         r = json.loads((out / f'{name}.json').read_text())
         assert all(k in r for k in tables.SUMMARY_KEYS + ('config', 'data', 'per_layer', 'per_head'))
@@ -520,7 +565,7 @@ def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     (['--ckpt', '{ckpt}', '--max_docs', '-5'], '--max_docs must be >= 0 (0 = all documents), got -5'),
     (['--ckpt', '{ckpt}', '--sink_eps', '1.5'], '--sink_eps must be in [0, 1)'),
     (['--ckpt', '{ckpt}', '--plots', '{ckpt}'], 'is a file, not a folder'),
-    (['--ckpt', '{ckpt}', '--json', '{ckpt}/sub/x.json'], '--json: cannot create the folder'),
+    (['--ckpt', '{ckpt}', '--json', '{ckpt}/sub/x.json'], 'ckpt.pt is a file, not a folder; choose another --json'),
     pytest.param(['--ckpt', '{ckpt}', '--device', 'cuda'], "device='cuda' but no CUDA GPU is available",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason='checks the error without a GPU')),
 ])

@@ -1,4 +1,8 @@
-"""attention.py against formulas written here in float64: every variant, every route, masks, analysis probabilities."""
+"""attention.py against formulas written here in float64: every variant, every route, masks, analysis probabilities.
+
+The variants are model.CHOICES['attn'] (and the attention bias): a variant added there is checked by every test
+below against its entry in REFERENCES, its formula from its paper written here (not read from attention.py); until
+that entry exists, each test fails saying so."""
 import contextlib
 import math
 
@@ -8,9 +12,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attention as attention_module
 from attention import attention, attention_probs, extra_key_attention
-from model import GPTConfig
+from model import CHOICES, GPTConfig
 
-VARIANTS = ['softmax', 'softmax1', 'clipped', 'gated', 'sigmoid', 'attn_bias']
+VARIANTS = [*CHOICES['attn'], 'attn_bias']
 
 
 def cfg_for(variant, **kw):
@@ -21,27 +25,60 @@ def cfg_for(variant, **kw):
     return GPTConfig(attn=variant, **base)
 
 
+def softmax_with(s, visible, extra=0.0):
+    """exp(s_i) / (extra + sum_j exp(s_j)) over the visible keys: softmax (extra 0), or one more key of weight extra."""
+    e = torch.exp(s) * visible
+    return e / (e.sum(-1, keepdim=True) + extra)
+
+
+def clipped_softmax(s, visible, c):
+    return ((c.clip_zeta - c.clip_gamma) * softmax_with(s, visible) + c.clip_gamma).clamp(0, 1)
+
+
+def sigmoid_attention(s, visible, c):
+    b = -math.log(c.block_size) if c.sigmoid_bias is None else c.sigmoid_bias
+    return torch.sigmoid(s + b) * visible
+
+
+def softpick(s, visible, c):
+    """Zuhri et al. (2025): ReLU(e^s_i - 1) / (sum_j |e^s_j - 1| + eps) over the visible keys, eps = 1e-8 as in their
+    code; in float64 as written (e^s fits float64 for the logits the tests use)."""
+    e = torch.expm1(s) * visible
+    return torch.relu(e) / (e.abs().sum(-1, keepdim=True) + 1e-8)
+
+
+# attn -> its weights over the real keys, from the float64 scores s (B, H, T, T), the visible mask and the config
+REFERENCES = {
+    'softmax': lambda s, visible, c: softmax_with(s, visible),
+    'softmax1': lambda s, visible, c: softmax_with(s, visible, 1.0),           # the paper: exp(s_i) / (1 + sum exp(s_j))
+    'gated': lambda s, visible, c: softmax_with(s, visible),                   # softmax; the gate is model.py's
+    'clipped': clipped_softmax,                                                # clip((zeta - gamma) softmax + gamma, 0, 1)
+    'sigmoid': sigmoid_attention,                                              # sigmoid(s + b), not normalised
+    'softpick': softpick,
+}
+
+
 def reference_probs(q, k, config, sink=None):
-    """The variants' attention weights over the real keys (B, H, T, T) in float64, written from their papers'
-    formulas: softmax; exp(s_i) / (1 + sum_j exp(s_j)); clip((zeta - gamma) softmax + gamma, 0, 1);
-    sigmoid(s + b); exp(s_i) / (exp(q.k') + sum_j exp(s_j)) for a bias key k'."""
+    """The variants' attention weights over the real keys (B, H, T, T) in float64: REFERENCES[config.attn], or with a
+    bias key k' (sink), exp(s_i) / (exp(q.k' / sqrt(d)) + sum_j exp(s_j))."""
+    if config.attn not in REFERENCES:
+        pytest.fail(f"attn={config.attn!r} (model.CHOICES) has no float64 reference: write its formula, from its paper, "
+                    f"into REFERENCES in tests/test_attention.py")
     T, d = q.size(2), q.size(3)
     s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(d)
     visible = torch.ones(T, T, dtype=torch.bool).tril()
     p = config.causal_free_prefix
     visible[:p, :p] = True
-    if config.attn == 'sigmoid':
-        b = -math.log(config.block_size) if config.sigmoid_bias is None else config.sigmoid_bias
-        return torch.sigmoid(s + b) * visible
-    e = torch.exp(s) * visible
     if sink is not None:
-        extra = torch.exp((q.double() * sink[0].double()).sum(-1, keepdim=True) / math.sqrt(d))
-    else:
-        extra = 1.0 if config.attn == 'softmax1' else 0.0
-    probs = e / (e.sum(-1, keepdim=True) + extra)
-    if config.attn == 'clipped':
-        probs = ((config.clip_zeta - config.clip_gamma) * probs + config.clip_gamma).clamp(0, 1)
-    return probs
+        return softmax_with(s, visible, torch.exp((q.double() * sink[0].double()).sum(-1, keepdim=True) / math.sqrt(d)))
+    return REFERENCES[config.attn](s, visible, config)
+
+
+def test_every_attention_variant_has_a_reference():
+    missing = [a for a in CHOICES['attn'] if a not in REFERENCES]
+    assert not missing, (f"model.CHOICES['attn'] has {missing} without a float64 reference: write each formula, from "
+                         f"its paper, into REFERENCES in tests/test_attention.py")
+    assert set(REFERENCES) <= set(CHOICES['attn']), 'REFERENCES names a variant model.CHOICES lacks'
 
 
 def reference_attention(q, k, v, config, dropout_p=0.0, sink=None):
@@ -159,6 +196,26 @@ def test_clipped_softmax_reaches_exact_zeros_and_ones():
     k = torch.tensor([[[[0.0, 0.0], [4.0, 0.0]]]])
     p = attention_probs(q, k, cfg)
     assert p[0, 0, 1].tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize('scale', [1e-3, 1.0, 60.0])
+def test_softpick_is_exact_near_zero_and_for_logits_whose_exp_overflows(scale):
+    """Logits of about 1e-3 (where e^s - 1 computed as a difference keeps 4 digits in fp32) and up to about 500 (e^s
+    overflows fp32 past 88): probabilities within 1e-6 of the float64 formula, finite gradients equal to its within
+    1e-5 relative; a row whose visible logits are all <= 0 is exactly zero."""
+    cfg = cfg_for('softpick')
+    x, (q, k, v) = qkv()
+    q = q * scale
+    p = attention_probs(q, k, cfg)
+    ref = reference_probs(q, k, cfg)
+    assert (q @ k.transpose(-2, -1)).abs().max() > {1e-3: 1e-3, 1.0: 1, 60.0: 100}[scale]
+    assert (p.double() - ref).abs().max() <= 1e-6
+    g = torch.randn(v.shape, dtype=torch.float64)
+    got, = torch.autograd.grad(((p.double() @ v.double()) * g).sum(), x, retain_graph=True)
+    want, = torch.autograd.grad(((ref @ v.double()) * g).sum(), x)
+    assert torch.isfinite(got).all() and (got - want).abs().max() <= 1e-5 * want.abs().max()
+    empty = attention_probs(q.abs(), -q.abs(), cfg)      # every logit <= 0
+    assert torch.equal(empty, torch.zeros_like(empty))
 
 
 def test_sigmoid_default_bias_is_minus_log_block_size():

@@ -47,6 +47,20 @@ def test_sections_subset_and_errors(tmp_path):
             bench.main(bad)
 
 
+def test_a_json_path_that_cannot_be_written_is_refused_before_the_benchmark(tmp_path, monkeypatch, capsys):
+    """Issue 36, case 26: --json FILE/b.json was a FileExistsError after the whole benchmark had run."""
+    import bench
+    monkeypatch.setattr(bench, 'bench_optimizer', lambda *a, **k: pytest.fail('benchmarked with an unwritable --json'))
+    (tmp_path / 'FILE').write_text('mine')
+    for path, said in ((tmp_path / 'FILE' / 'b.json', f"{tmp_path / 'FILE'} is a file, not a folder"),
+                       (tmp_path, f'--json {tmp_path} is a folder, not a file')):
+        with pytest.raises(SystemExit) as e:
+            bench.main(['--quick', '--sections=optim', '--json', str(path)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and said in err and 'Traceback' not in err, err
+    assert (tmp_path / 'FILE').read_text() == 'mine'
+
+
 @pytest.mark.skipif(__import__('torch').cuda.is_available(), reason='checks the error without a GPU')
 def test_cuda_without_gpu_is_a_clear_error():
     run = subprocess.run([sys.executable, 'bench.py', '--quick', '--device=cuda'], cwd=ROOT, capture_output=True,

@@ -303,7 +303,8 @@ def test_gpt2_ranks_come_from_the_pinned_sdist_member(tmp_path):
     assert not (tmp_path / "gpt2.tiktoken").exists()
 
 
-def test_prepare_pinned_writes_the_manifests_token_files_and_names_a_changed_source(tmp_path, monkeypatch, capsys):
+def test_prepare_pinned_writes_the_manifests_token_files_and_names_a_changed_source(tmp_path, monkeypatch, capsys,
+                                                                                    gpt2_ranks):
     import dataset
     import prepare_c4
     from tokenizer import load_tokenizer

@@ -112,7 +112,41 @@ def run_layer(layer, scheme, x, valid=None):
             return layer(x)
 
 
-def test_schemes_on_a_linear_layer_match_their_definition():
+def scheme_definitions(x, w, b):
+    """Scheme name -> a Linear layer's output under it, written from the scheme's definition (docs/quantisation.md)
+    with the quantisers checked above: every scheme of eval_quant.ACTIVATION_SCHEMES and, at 4 bits and groups of 4,
+    each weight-only method of eval_quant.WEIGHT_METHODS (one per output channel without a group)."""
+    per_tensor = lambda t: eq.absmax(t, 8, dim=None)
+    return {
+        'coarse': per_tensor(per_tensor(x) @ per_tensor(w).T + b),
+        'moderate': per_tensor(x) @ per_tensor(w).T + b,
+        'fine': eq.absmax(x, 8, dim=-1) @ eq.absmax(w, 8, dim=1).T + b,
+        'fine_channel': eq.absmax(x, 8, dim=(0, 1)) @ eq.absmax(w, 8, dim=1).T + b,
+        'zeropoint4': x @ eq.zeropoint(w, 4, dim=1).T + b,
+        'absmax4': x @ eq.absmax(w, 4, dim=1).T + b,
+        'zeropoint4g4': x @ eq.zeropoint(w.reshape(4, 2, 4), 4, dim=-1).reshape(4, 8).T + b,
+        'absmax4g4': x @ eq.absmax(w.reshape(4, 2, 4), 4, dim=-1).reshape(4, 8).T + b,
+    }
+
+
+SCHEMES = [*eq.ACTIVATION_SCHEMES, *(f'{m}4' for m in eq.WEIGHT_METHODS), *(f'{m}4g4' for m in eq.WEIGHT_METHODS)]
+
+
+@pytest.mark.parametrize('scheme', SCHEMES)
+def test_every_scheme_on_a_linear_layer_matches_its_definition(scheme):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 4)
+    w, b = layer.weight.detach().clone(), layer.bias.detach().clone()
+    x = torch.randn(2, 3, 8)
+    expect = scheme_definitions(x, w, b)
+    if scheme not in expect:
+        pytest.fail(f"the scheme {scheme} (eval_quant.py) has no definition in scheme_definitions in "
+                    f"tests/test_eval_quant.py: write it there")
+    assert torch.allclose(run_layer(layer, scheme, x), expect[scheme], atol=1e-6), scheme
+    assert torch.equal(layer.weight, w)
+
+
+def test_schemes_on_a_linear_layer_take_shared_scales_from_real_tokens():
     torch.manual_seed(0)
     layer = torch.nn.Linear(8, 4)
     w, b = layer.weight.detach().clone(), layer.bias.detach().clone()
@@ -121,15 +155,6 @@ def test_schemes_on_a_linear_layer_match_their_definition():
     valid = torch.tensor([[True, True, True], [True, True, False]])
     xr = x * valid[..., None]                                    # the rows that may set a shared scale
     per_tensor = lambda t: eq.absmax(t, 8, dim=None)
-    expect = {
-        'coarse': per_tensor(per_tensor(x) @ per_tensor(w).T + b),
-        'moderate': per_tensor(x) @ per_tensor(w).T + b,
-        'fine': eq.absmax(x, 8, dim=-1) @ eq.absmax(w, 8, dim=1).T + b,
-        'zeropoint4': x @ eq.zeropoint(w, 4, dim=1).T + b,
-        'absmax4g4': x @ eq.absmax(w.reshape(4, 2, 4), 4, dim=-1).reshape(4, 8).T + b,
-    }
-    for scheme, y in expect.items():
-        assert torch.allclose(run_layer(layer, scheme, x), y, atol=1e-6), scheme
     # with a padding row, shared activation scales come from the real tokens only
     s = xr.abs().amax() / 127
     assert torch.allclose(run_layer(layer, 'moderate', x, valid)[0], (torch.round(x[0] / s) * s) @ per_tensor(w).T + b,
@@ -285,7 +310,7 @@ def test_cli_table_json_and_markdown(trained, data, tmp_path, capsys):
              '--schemes', 'coarse,fine,zeropoint4,absmax3g8', '--json', out])
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
-    assert lines[0].split() == ['Model', '#Params', 'S1?', 'OA?', 'full', 'coarse', 'Δ', 'fine', 'Δ',
+    assert lines[0].split() == ['Model', '#Params', 'Attention', 'Optimizer', 'full', 'coarse', 'Δ', 'fine', 'Δ',
                                 'zeropoint4', 'Δ', 'absmax3g8', 'Δ']
     assert [line.split()[0] for line in lines[2:4]] == ['clean', 'outlier']
     assert lines[4].startswith(f'{os.path.relpath(data)} val: 40 documents')

@@ -95,9 +95,7 @@ def test_tiktoken_vocabulary_gives_tiktokens_ids(tmp_path):
     assert tok.eos_token_id == len(ranks)
 
 
-def test_gpt2_tokenizer_gives_gpt2_ids(tmp_path):
-    if tokenizer_lib.gpt2_ranks_file() is None:
-        pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see docs/data.md)')
+def test_gpt2_tokenizer_gives_gpt2_ids(tmp_path, gpt2_ranks):
     ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', tokenizer='gpt2', n_embd=16, **GPT2_STYLE)
     export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf')])
     tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'hf'))
@@ -140,8 +138,12 @@ def test_an_existing_folder_needs_force(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf')])
     assert '--force' in str(e.value.code) and (tmp_path / 'hf' / 'notes.txt').exists()
-    export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf'), '--force'])
-    assert 'wrote' in capsys.readouterr().out and not (tmp_path / 'hf' / 'notes.txt').exists()
+    with pytest.raises(SystemExit) as e:   # --force replaces an earlier export only, not a folder of a user's
+        export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf'), '--force'])
+    assert 'not written by export_hf.py' in str(e.value.code) and (tmp_path / 'hf' / 'notes.txt').read_text() == 'keep'
+    (tmp_path / 'hf' / 'notes.txt').unlink()
+    export_hf.main(['--ckpt', ckpt, '--out', str(tmp_path / 'hf')])      # an empty folder is written into
+    assert 'wrote' in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         export_hf.main(['--ckpt', str(tmp_path / 'missing.pt'), '--out', str(tmp_path / 'x')])
     assert 'not found' in str(e.value.code)
@@ -181,10 +183,10 @@ def one_line_error(argv):
     ('run/ckpt.pt', 'run', "is the checkpoint's folder"),
     ('run/ckpt.pt', 'run/', "is the checkpoint's folder"),
     ('run', '.', "contains the checkpoint's folder"),
-    ('run/best.pt', 'run/ckpt.pt', "holds run/ckpt.pt, a training run's checkpoint or log"),
-    ('run/ckpt.pt', 'run/ckpt.pt', "holds run/ckpt.pt, a training run's checkpoint or log"),   # the checkpoint itself
-    ('run', 'run/log.jsonl', "holds run/log.jsonl, a training run's checkpoint or log"),
-    ('run', 'other', "holds other/sub/best.pt, a training run's checkpoint or log"),          # another run's folder
+    ('run/best.pt', 'run/ckpt.pt', "--out run/ckpt.pt is a file, not a folder"),
+    ('run/ckpt.pt', 'run/ckpt.pt', "--out run/ckpt.pt is a file, not a folder"),   # the checkpoint itself
+    ('run', 'run/log.jsonl', "--out run/log.jsonl is a file, not a folder"),
+    ('run', 'other', "--out other exists and was not written by export_hf.py"),          # another run's folder
 ])
 def test_an_out_that_would_replace_the_runs_files_is_refused_even_with_force(tmp_path, monkeypatch, ckpt, out, named):
     monkeypatch.chdir(tmp_path)
@@ -196,6 +198,29 @@ def test_an_out_that_would_replace_the_runs_files_is_refused_even_with_force(tmp
     assert {name: open(os.path.join('run', name), 'rb').read() for name in sorted(os.listdir('run'))} == files
     assert sorted(os.listdir(tmp_path)) == ['other', 'run']
     assert open('other/sub/best.pt', 'rb').read() == b'a checkpoint'
+
+
+@pytest.mark.parametrize('kind', ['prepared dataset', 'results'])
+def test_force_replaces_only_an_earlier_export(tmp_path, capsys, kind):
+    """Issue 36, cases 2 and 3: --force on a folder export_hf.py did not write (a prepared dataset, a results folder)
+    is one line and leaves every file as it was; on its own earlier export it replaces it."""
+    ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', **GPT2_STYLE)
+    names = (['meta.json', 'train.bin', 'val.bin'] if kind == 'prepared dataset'
+             else ['analysis.json', 'quant.json', 'attention_map.png'])
+    folder = tmp_path / 'folder'
+    folder.mkdir()
+    for i, name in enumerate(names):
+        (folder / name).write_bytes(bytes([i]) * 100)
+    message = one_line_error(['--ckpt', ckpt, '--out', str(folder), '--force'])
+    assert f'--out {folder} exists and was not written by export_hf.py' in message, message
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == {n: bytes([i]) * 100 for i, n in enumerate(names)}
+    assert sorted(os.listdir(tmp_path)) == ['ckpt.pt', 'folder']            # nothing left beside it either
+    out = str(tmp_path / 'hf')
+    export_hf.main(['--ckpt', ckpt, '--out', out])
+    (tmp_path / 'hf' / 'config.json').write_text('{"edited": true}')        # what --force then replaces
+    export_hf.main(['--ckpt', ckpt, '--out', out, '--force'])
+    assert transformers.AutoConfig.from_pretrained(out).model_type == 'gpt2'
+    capsys.readouterr()
 
 
 def test_a_folder_inside_the_run_folder_is_written_and_replaced(tmp_path, capsys):
@@ -218,6 +243,35 @@ def test_a_users_folder_named_like_a_temporary_one_is_kept(tmp_path, monkeypatch
     assert 'differ from the checkpoint' in message
     assert sorted(os.listdir(tmp_path)) == ['ckpt.pt', 'hf', 'hf.tmp']
     assert os.listdir(tmp_path / 'hf.tmp') == ['notes.txt']
+
+
+def test_a_full_disk_and_a_killed_export_leave_nothing_of_theirs(tmp_path, monkeypatch, capsys):
+    """Found attacking issue 36's --force rule: safetensors reports a full disk as its own error (a traceback); and an
+    export killed before its rename left its temporary folder for good. Now: one line, nothing left; the next export
+    of the same --out removes a killed one's folder (it carries export_hf.py's mark from the start), and only that."""
+    ckpt, _ = write_checkpoint(tmp_path / 'ckpt.pt', **GPT2_STYLE)
+    out = str(tmp_path / 'hf')
+
+    class SafetensorError(Exception):
+        pass
+
+    def full(self, folder, **kw):
+        raise SafetensorError('Error while serializing: I/O error: No space left on device (os error 28)')
+    monkeypatch.setattr(transformers.PreTrainedModel, 'save_pretrained', full)
+    message = one_line_error(['--ckpt', ckpt, '--out', out])
+    assert 'is full' in message and 'free some space' in message
+    assert sorted(os.listdir(tmp_path)) == ['ckpt.pt']
+    monkeypatch.undo()
+    killed = tmp_path / '.hf.k1ll3d.tmp'                 # what a kill after mkdtemp leaves
+    killed.mkdir()
+    (killed / '.written-by').write_text('export_hf.py\n')
+    (killed / 'config.json').write_text('{}')
+    mine = tmp_path / '.hf.notes.tmp'                    # a user's folder of the same shape, without the mark
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('mine')
+    export_hf.main(['--ckpt', ckpt, '--out', out])
+    assert sorted(os.listdir(tmp_path)) == ['.hf.notes.tmp', 'ckpt.pt', 'hf'] and 'wrote' in capsys.readouterr().out
+    assert (mine / 'notes.txt').read_text() == 'mine'
 
 
 def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """fsdp=True (fsdp.py): FSDP2 on 2 CPU ranks (gloo, torchrun) against one process with the same global batch,
 OrthoAdam on shards against dense Algorithm 1, sharded save and exact resume, resharding, a rank killed during a
 save, the one-line refusals, and reproduce.py's plan."""
+import json
 import os
 import shutil
 import subprocess
@@ -137,6 +138,153 @@ def test_a_rank_killed_during_a_sharded_save_leaves_the_last_checkpoint(bigram_d
     assert 'left by an interrupted save' in r.stdout
     assert ckpt(out)['iter_num'] == 8
     assert sorted(e for e in os.listdir(out) if e.startswith('ckpt.dcp')) == ['ckpt.dcp-8']
+
+
+def snapshot(folder):
+    """{relative path: bytes} of every file under folder (the lock's holder line aside)."""
+    found = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            if name != '.lock':
+                path = os.path.join(root, name)
+                found[os.path.relpath(path, folder)] = open(path, 'rb').read()
+    return found
+
+
+def one_error_line(r, *words):
+    """What a user sees of a refused torchrun: rank 0's one `error:` line, no traceback from the ranks (torchrun's
+    own failure summary comes after)."""
+    lines = [x for x in r.stderr.splitlines() if x.startswith('error: ')]
+    children = r.stderr.split('failed (exitcode: 2)')[0]
+    assert r.returncode != 0 and len(lines) == 1 and 'Traceback' not in children, r.stderr[-4000:]
+    assert all(w in lines[0] for w in words), lines[0]
+    return lines[0]
+
+
+def test_best_pt_of_an_fsdp_run_resumes_and_broken_shards_are_one_line(bigram_data, tmp_path):
+    """Issue 36, cases 20 and 22. best.pt of an fsdp run names the sharded folder of its iteration, which is kept
+    while it does: `cp best.pt ckpt.pt`, then --init_from=resume continues from it under fsdp (it was an
+    AttributeError, and fsdp=True advised fsdp=False); without fsdp the line says to use fsdp=True. A file of weights
+    only, a truncated shard, a shard damaged inside: one line (no rank traceback), out_dir unchanged."""
+    base = str(tmp_path / 'base')
+    common = ['--optimizer=orthoadam', '--eval_interval=2', '--learning_rate=0.02', '--warmup_iters=0',
+              '--decay_lr=False', '--divergence_factor=0']   # val loss at 0, 2, 4: 4.16, 4.03, 4.11 (best at 2)
+    ranks(2, 'train.py', *tiny(bigram_data, base, *common, '--fsdp=True'))
+    best = torch.load(os.path.join(base, 'best.pt'), weights_only=False)
+    assert best['iter_num'] == 2 and best['sharded'] == {'dir': 'ckpt.dcp-2', 'world': 2}
+    assert sorted(e for e in os.listdir(base) if e.startswith('ckpt.dcp')) == ['ckpt.dcp-2', 'ckpt.dcp-4']
+
+    from_best = str(tmp_path / 'from_best')
+    shutil.copytree(base, from_best)
+    shutil.copy(os.path.join(from_best, 'best.pt'), os.path.join(from_best, 'ckpt.pt'))
+    r = run_cli('train.py', *tiny(bigram_data, from_best, *common, '--max_iters=6', '--init_from=resume'))
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and '--fsdp=True' in r.stderr, r.stderr
+    ranks(2, 'train.py', *tiny(bigram_data, from_best, *common, '--fsdp=True', '--max_iters=6', '--init_from=resume'))
+    assert ckpt(from_best)['iter_num'] == 6
+    resumed = [json.loads(line) for line in open(os.path.join(from_best, 'log.jsonl'))]
+    assert [e['iter'] for e in resumed if e['event'] == 'train'][-2:] == [5, 6]   # trained on from iteration 2
+
+    weights_only = str(tmp_path / 'weights_only')   # e.g. save_every's ckpt_<iter>.pt of an fsdp run, copied
+    shutil.copytree(base, weights_only)
+    torch.save(dict(best, sharded=None), os.path.join(weights_only, 'ckpt.pt'))
+    before = snapshot(weights_only)
+    r = run_cli('train.py', *tiny(bigram_data, weights_only, *common, '--max_iters=6', '--init_from=resume'))
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'holds the weights only' in r.stderr, r.stderr
+    assert snapshot(weights_only) == before
+
+    for damage in ('truncate', 'scramble'):
+        broken = str(tmp_path / damage)
+        shutil.copytree(base, broken)
+        shard = os.path.join(broken, 'ckpt.dcp-4', '__0_0.distcp')
+        data = bytearray(open(shard, 'rb').read())
+        if damage == 'truncate':
+            data = data[:1000]
+        else:                       # the same size, bytes changed inside: found only when DCP reads it
+            data[100:-100] = bytes(len(data) - 200)
+        open(shard, 'wb').write(bytes(data))
+        before = snapshot(broken)
+        r = run_cli(*TORCHRUN, '--nproc_per_node=2', 'train.py',
+                    *tiny(bigram_data, broken, *common, '--fsdp=True', '--max_iters=6', '--init_from=resume'))
+        line = one_error_line(r, 'ckpt.dcp-4')
+        assert ('truncated' if damage == 'truncate' else 'damaged') in line, line
+        after = snapshot(broken)
+        assert {k: v for k, v in after.items() if k != 'config.json'} == {
+            k: v for k, v in before.items() if k != 'config.json'}     # every checkpoint and shard as it was
+        if damage == 'truncate':    # found before anything is written
+            assert after == before
+
+
+def test_a_chain_job_starting_on_an_evaluation_writes_best_pt_naming_the_shards_it_resumed(bigram_data, tmp_path):
+    """Issue 36, case 5 under fsdp: job 1 stops at iteration 1 (an evaluation iteration, eval_interval=1), job 2
+    evaluates it first and, as it improved, writes ckpt.pt and best.pt there without a second sharded save (the
+    state is the one ckpt.pt's shards hold), then stops at 2: best.pt is iteration 1 and names ckpt.dcp-1, kept
+    beside ckpt.pt's ckpt.dcp-2."""
+    out = str(tmp_path / 'chain')
+    args = tiny(bigram_data, out, '--fsdp=True', '--max_iters=3', '--eval_interval=1', '--warmup_iters=0',
+                '--learning_rate=0.02', '--decay_lr=False', '--init_from=auto', '--max_minutes=1e-9')
+    ranks(2, 'train.py', *args)
+    written = os.stat(os.path.join(out, 'ckpt.dcp-1', '.metadata')).st_mtime_ns
+    ranks(2, 'train.py', *args)
+    assert os.stat(os.path.join(out, 'ckpt.dcp-1', '.metadata')).st_mtime_ns == written   # not saved again
+    evals = {e['iter']: e['val_loss'] for e in map(json.loads, open(os.path.join(out, 'log.jsonl')))
+             if e['event'] == 'eval'}
+    assert sorted(evals) == [0, 1] and evals[1] < evals[0]
+    best = torch.load(os.path.join(out, 'best.pt'), weights_only=False)
+    assert best['iter_num'] == 1 and best['best_val_loss'] == evals[1] and best['sharded']['dir'] == 'ckpt.dcp-1'
+    assert ckpt(out)['iter_num'] == 2 and ckpt(out)['sharded']['dir'] == 'ckpt.dcp-2'
+    assert sorted(e for e in os.listdir(out) if e.startswith('ckpt.dcp')) == ['ckpt.dcp-1', 'ckpt.dcp-2']
+
+
+DISK_FULL = '''import errno, os, sys
+sys.path.insert(0, {root!r})
+import torch.distributed.checkpoint.filesystem as filesystem
+import runs
+import train
+where, rank, calls = {where!r}, os.environ['RANK'], []
+
+def full():
+    raise OSError(errno.ENOSPC, 'No space left on device')
+write_files, save = filesystem._write_files_from_queue, runs.torch.save
+
+def write_files_on_a_full_disk(*a, **k):   # rank 1's shard of the second sharded save (iteration 4)
+    calls.append(1)
+    if len(calls) == 2 and rank == '1':
+        full()
+    return write_files(*a, **k)
+
+def save_on_a_full_disk(obj, f, *a, **k):    # rank 0's ckpt.pt of iteration 4, after its shards were written
+    if rank == '0' and isinstance(obj, dict) and obj.get('iter_num') == 4 and str(getattr(f, 'name', '')).endswith(
+            'ckpt.pt.tmp'):   # torch.save itself: other callers (all_gather_object) pass through
+        full()
+    return save(obj, f, *a, **k)
+if where == 'shards':
+    filesystem._write_files_from_queue = write_files_on_a_full_disk
+else:
+    runs.torch.save = save_on_a_full_disk
+sys.exit(train.main(sys.argv[1:]))
+'''
+
+
+@pytest.mark.parametrize('where', ['shards', 'ckpt.pt'])
+def test_a_full_disk_during_an_fsdp_save_is_one_line_and_keeps_the_last_checkpoint(bigram_data, tmp_path, where):
+    """Issue 36, case 21: the disk fills during the second sharded save (on rank 1), or while rank 0 writes ckpt.pt
+    after it: one line on every rank's behalf, exit 2, ckpt.pt and the shards it names as the first save left them,
+    no ckpt.dcp-*.tmp left; the same command continues once there is space (and removes the unnamed ckpt.dcp-4 that
+    rank 0's failed ckpt.pt left)."""
+    out, script = str(tmp_path / 'run'), tmp_path / 'full.py'
+    script.write_text(DISK_FULL.format(root=ROOT, where=where))
+    args = tiny(bigram_data, out, '--fsdp=True', '--max_iters=4', '--eval_interval=2', '--lr_decay_iters=4')
+    r = run_cli(*TORCHRUN, '--nproc_per_node=2', str(script), *args)
+    one_error_line(r, 'is full', 'ckpt.pt (iteration 2) is kept')
+    assert ckpt(out)['iter_num'] == 2 and ckpt(out)['sharded']['dir'] == 'ckpt.dcp-2'
+    assert os.path.isfile(os.path.join(out, 'ckpt.dcp-2', '.metadata'))
+    assert not [e for e in os.listdir(out) if e.endswith('.tmp')], os.listdir(out)
+    assert os.path.isdir(os.path.join(out, 'ckpt.dcp-4')) == (where == 'ckpt.pt')   # complete, named by no file
+    if where == 'shards':
+        return   # one resume (20 s of torchrun) is enough: the other case's, which has an unnamed folder to replace
+    ranks(2, 'train.py', *args, '--init_from=resume')
+    assert ckpt(out)['iter_num'] == 4
+    assert sorted(e for e in os.listdir(out) if e.startswith('ckpt.dcp')) == ['ckpt.dcp-4']
 
 
 def test_bad_launches_are_one_line(bigram_data, tmp_path, capsys, monkeypatch):

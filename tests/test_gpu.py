@@ -20,7 +20,7 @@ import attention as attention_module
 from attention import attention
 from conftest import ROOT
 from model import GPT, GPTConfig
-from orthoadam import OrthoAdam
+from orthoadam import ROTATIONS, OrthoAdam
 from test_attention import reference_attention
 from test_orthoadam import HP, dense_q, make_grads, make_params, reference_algorithm1
 
@@ -212,7 +212,7 @@ def test_every_toggle_trains_compiled_bf16_like_fp32_eager(toggles, optimizer):
 
 
 # ----------------------------------------------------------------------------- OrthoAdam's device path
-@pytest.mark.parametrize('rotation', ['hadamard', 'haar'])
+@pytest.mark.parametrize('rotation', ROTATIONS)
 def test_orthoadam_on_device_matches_dense_reference(rotation):
     """The device path (torch's fused Adam kernel on the rotated moments, rotations as matmuls; TF32 off)
     against the dense float64 Algorithm 1 on the CPU, 6 steps: max abs difference <= 1e-5."""

@@ -71,3 +71,14 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
     for args in (['--parts', 'tests,nope'], ['--train_iters', '0']):
         with pytest.raises(SystemExit):
             gpu_suite.main(['--out', str(tmp_path), *args])
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_part(tmp_path, monkeypatch, capsys):
+    """Issue 36, case 27: --out FILE was a FileExistsError."""
+    monkeypatch.setattr(gpu_suite, 'run_part', lambda *a: pytest.fail('ran a part with an unwritable --out'))
+    (tmp_path / 'FILE').write_text('mine')
+    with pytest.raises(SystemExit) as e:
+        gpu_suite.main(['--out', str(tmp_path / 'FILE'), '--parts', 'bench', '--quick'])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"--out {tmp_path / 'FILE'} is a file, not a folder" in err and 'Traceback' not in err
+    assert (tmp_path / 'FILE').read_text() == 'mine'

@@ -197,6 +197,34 @@ def test_cli_errors_are_one_line(tmp_path, vocab, monkeypatch):
     assert 'is not the tokenizer its data was prepared with' in str(e.value.code) and '\n' not in str(e.value.code)
 
 
+@pytest.mark.parametrize('argv, named', [
+    (['--data', '{data}', '--limit', '5'], "--limit is lm_eval's (with --tasks)"),           # issue 36, case 8
+    (['--data', '{data}', '--include_path', '{tmp}'], "--include_path is lm_eval's (with --tasks)"),
+    (['--data', '{data}', '--num_fewshot', '0'], "--num_fewshot is lm_eval's (with --tasks)"),
+    (['--tasks', 'hellaswag', '--num_fewshot', '-1'], 'argument --num_fewshot: -1 is not allowed'),   # case 9
+    (['--tasks', 'hellaswag', '--limit', 'nan'], 'argument --limit: nan is not allowed'),
+    (['--tasks', 'hellaswag', '--limit', '0'], 'argument --limit: 0 is not allowed'),
+    (['--tasks', 'hellaswag', '--limit', '2.5'], '--limit 2.5: a fraction below 1, or a whole number'),
+    (['--tasks', 'hellaswag', '--max_docs', '3'], "--max_docs is --data's"),
+    (['--tasks', 'hellaswag', '--include_path', '{tmp}/none'], 'none: no such folder'),
+    (['--data', '{data}', '--json', '{tmp}/ckpt.pt'], 'is the input'),                        # the checkpoint itself
+    (['--data', '{data}', '--json', '{tmp}/ckpt.pt/x.json'], 'ckpt.pt is a file, not a folder'),
+])
+def test_arguments_that_would_be_ignored_or_are_out_of_range_are_refused(tmp_path, vocab, monkeypatch, capsys,
+                                                                        argv, named):
+    """An option another mode reads, or a number out of range, is refused before any model loads, never ignored."""
+    checkpoint(tmp_path, vocab)
+    monkeypatch.setitem(__import__('sys').modules, 'lm_eval', __import__('types').ModuleType('lm_eval'))
+    monkeypatch.setattr(adapter.runs, 'load_model', lambda *a: pytest.fail('loaded a model for a refused command'))
+    before = (tmp_path / 'ckpt.pt').read_bytes()
+    with pytest.raises(SystemExit) as e:
+        adapter.main(['--ckpt', str(tmp_path / 'ckpt.pt')] + [a.format(data=tmp_path / 'data', tmp=tmp_path)
+                                                              for a in argv])
+    said = str(e.value.code) if e.value.code != 2 else capsys.readouterr().err
+    assert named in said and 'Traceback' not in said, said
+    assert (tmp_path / 'ckpt.pt').read_bytes() == before
+
+
 # ----------------------------------------------------------------------------- with lm_eval installed
 def test_harness_wrapper_and_lm_evals_own_hf_model_agree(tmp_path, vocab):
     pytest.importorskip('lm_eval', reason='optional: pip install lm_eval')

@@ -1,17 +1,21 @@
-"""model.py against slow eager references: the attention variants in the model, analysis path, init, toggles."""
+"""model.py against slow eager references: the attention variants in the model, analysis path, init, toggles.
+
+Every value of model.CHOICES is checked here: each attention variant (test_attention.py's float64 formulas) compiled
+and eager, through the analysis path; each norm, MLP and position encoding against a float64 formula written below
+(NORMS, MLPS, POSITIONS). A value added to model.CHOICES without its formula here fails, saying so."""
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import measure
 import model as model_module
-from model import GPT, GPTConfig, apply_rotary, attention
+from model import CHOICES, GPT, GPTConfig, apply_rotary, attention
 from test_attention import reference_attention
 
 MODEL_VARIANTS = {   # GPTConfig fields of each attention variant the model offers
-    'softmax': {}, 'softmax1': dict(attn='softmax1'), 'clipped': dict(attn='clipped'), 'gated': dict(attn='gated'),
-    'sigmoid': dict(attn='sigmoid'), 'attn_bias': dict(attn_bias=True), 'sink_token': dict(sink_token=True),
+    **{a: dict(attn=a) for a in CHOICES['attn']}, 'attn_bias': dict(attn_bias=True), 'sink_token': dict(sink_token=True),
 }
 
 
@@ -23,22 +27,46 @@ def tiny(**kw):
 
 def randomise(m, seed=5):
     """Give the parameters that start at a constant (attn_bias's key and value) random values, so that the
-    tests see them at work."""
+    tests see them at work, and the query and key projections 10 times their initial size: logits of order 1, as
+    in training, instead of initialisation's 1e-3, where a ratio of near-zero terms (softpick's) turns fp32's
+    rounding of q.k into relative errors of the weights that no fp32 implementation avoids."""
     g = torch.Generator().manual_seed(seed)
     for name, p in m.named_parameters():
         if 'bias_k' in name or 'bias_v' in name:
             p.data.copy_(torch.randn(p.shape, generator=g))
+        if name.endswith('attn.c_attn.weight'):
+            p.data[:2 * m.config.n_embd] *= 10   # q and k (v follows them, and stays)
     return m
 
 
-@pytest.mark.parametrize('variant,pos_emb,prefix', [('softmax1', 'absolute', 0), ('softmax1', 'rotary', 4),
-                                                    ('softmax1', 'none', 1), ('attn_bias', 'absolute', 0),
-                                                    ('clipped', 'none', 1), ('sigmoid', 'rotary', 0),
-                                                    ('gated', 'absolute', 4), ('sink_token', 'rotary', 0)])
-def test_compiled_model_matches_eager_reference(variant, pos_emb, prefix, monkeypatch):
+def compiled_cases():
+    """One case per attention variant, the positions, free prefixes, norms and MLPs taken in turn so that every value of
+    model.CHOICES is compiled at least once; softmax-1 (the custom op) also with the other two position encodings."""
+    turns = [('absolute', 0), ('rotary', 4), ('none', 1)]
+    cases = []
+    for i, variant in enumerate(MODEL_VARIANTS):
+        pos_emb, prefix = turns[i % 3]
+        cases.append((variant, pos_emb, 0 if variant == 'sink_token' else prefix,   # GPTConfig refuses that pair
+                      CHOICES['norm'][i % len(CHOICES['norm'])], CHOICES['mlp'][i % len(CHOICES['mlp'])]))
+    cases += [('softmax1', pos_emb, prefix, 'layernorm', 'gelu') for pos_emb, prefix in turns
+              if not any(c[:3] == ('softmax1', pos_emb, prefix) for c in cases)]
+    return cases
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Each compiled case starts from a clean torch.compile cache, so no case counts against another's recompile
+    limit (eight cases sharing one cache made the ninth fail) and the order does not matter."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize('variant,pos_emb,prefix,norm,mlp', compiled_cases())
+def test_compiled_model_matches_eager_reference(variant, pos_emb, prefix, norm, mlp, monkeypatch, fresh_dynamo):
     """torch.compile (fullgraph: the custom op stays whole) of every variant: logits and every parameter
     gradient equal those of the model with the float64 reference attention, within 1e-5."""
-    cfg = tiny(pos_emb=pos_emb, causal_free_prefix=prefix, **MODEL_VARIANTS[variant])
+    cfg = tiny(pos_emb=pos_emb, causal_free_prefix=prefix, norm=norm, mlp=mlp, **MODEL_VARIANTS[variant])
     torch.manual_seed(3)
     m = randomise(GPT(cfg))
     idx, tgt = torch.randint(0, 50, (2, 12)), torch.randint(0, 50, (2, 12))
@@ -98,6 +126,13 @@ def test_analysis_path_returns_what_training_path_computes(variant, prefix):
     # the final hidden state, normalised and projected, gives the logits
     last = m.lm_head(m.transformer.ln_f(trace['hidden'][-1]))[..., :cfg.vocab_size]
     assert (last - logits).abs().max() <= 1e-5
+    stats = measure.Stats(cfg.n_layer, cfg.n_head)   # analyze.py's metrics of it: finite, shares within [0, 1]
+    with torch.no_grad():
+        stats.update(trace['hidden'], trace['attn'], torch.ones(2, 12, dtype=torch.bool), trace.get('sink'))
+    result = stats.result()
+    for key in measure.ATTN_METRICS + ('sink_rate',):
+        assert 0 <= result[key] <= 1, (key, result[key])
+    assert all(math.isfinite(result[k]) for k in measure.HIDDEN_METRICS)
     rows = trace['attn'][1].sum(-1)
     if variant in ('softmax', 'gated'):
         assert torch.allclose(rows, torch.ones_like(rows), atol=1e-6)
@@ -225,19 +260,109 @@ def test_num_params_and_flops_match_hand_count():
     assert m2.num_params() == V * C + L * per_block2 + 2 * C
 
 
-def test_norm_variants_against_formulas():
-    x = torch.randn(3, 16) * 5 + 2
-    rms = x / x.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()
-    single = model_module.make_norm(tiny(norm='rmsnorm_single'))
-    assert single.weight.numel() == 1
+def rms(x, eps):
+    return x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+
+
+# norm -> (scales: one per channel or one in all, its output in float64 from x, the scale w, the bias b or 0, eps)
+NORMS = {
+    'layernorm': ('channel', lambda x, w, b, eps: (x - x.mean(-1, keepdim=True)) / (
+        x.var(-1, unbiased=False, keepdim=True) + eps).sqrt() * w + b),
+    'rmsnorm': ('channel', lambda x, w, b, eps: rms(x, eps) * w),          # RMSNorm-M
+    'rmsnorm_single': ('one', lambda x, w, b, eps: rms(x, eps) * w),       # RMSNorm-S: one scalar scale
+}
+
+
+def gelu_tanh(h):   # GPT-2's approximation
+    return 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+
+
+# mlp -> its output in float64 from x and lin(name, x), the block's Linear layer `name` in float64
+MLPS = {
+    'gelu': lambda x, lin: lin('c_proj', 0.5 * lin('c_fc', x) * (1 + torch.erf(lin('c_fc', x) / math.sqrt(2)))),
+    'gelu_tanh': lambda x, lin: lin('c_proj', gelu_tanh(lin('c_fc', x))),
+    'swiglu': lambda x, lin: lin('c_proj', lin('c_gate', x) * torch.sigmoid(lin('c_gate', x)) * lin('c_fc', x)),
+}
+
+
+def rotate_pairs(x, base):
+    """Rotary: channel pair (j, j + d/2) of the token at position t turned by the angle t base^(-2j / d)."""
+    T, d = x.size(-2), x.size(-1)
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    a, b = x[..., :d // 2], x[..., d // 2:]
+    return torch.cat((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), -1)
+
+
+# pos_emb -> (the block input from the token embeddings e and the position table wpe, q/k before the scores)
+POSITIONS = {
+    'absolute': (lambda e, wpe: e + wpe[:e.size(1)], lambda t, base: t),
+    'rotary': (lambda e, wpe: e, rotate_pairs),
+    'none': (lambda e, wpe: e, lambda t, base: t),
+}
+
+
+def missing_reference(table, field, value):
+    if value not in table:
+        pytest.fail(f"{field}={value!r} (model.CHOICES) has no float64 reference: write its formula into {table} in "
+                    f"tests/test_model.py")
+
+
+def test_every_choice_has_a_reference():
+    for table, field in ((NORMS, 'norm'), (MLPS, 'mlp'), (POSITIONS, 'pos_emb')):
+        missing = [v for v in CHOICES[field] if v not in table]
+        assert not missing, f"model.CHOICES['{field}'] has {missing} without a float64 reference in tests/test_model.py"
+
+
+@pytest.mark.parametrize('bias', [True, False])
+@pytest.mark.parametrize('norm', CHOICES['norm'])
+def test_norm_variants_against_formulas(norm, bias):
+    missing_reference(NORMS, 'norm', norm)
+    scales, formula = NORMS[norm]
+    module = model_module.make_norm(tiny(norm=norm, bias=bias))
+    torch.manual_seed(0)
     with torch.no_grad():
-        single.weight.fill_(1.7)
-    assert torch.allclose(single(x), 1.7 * rms, atol=1e-5)
-    multi = model_module.make_norm(tiny(norm='rmsnorm'))
-    assert multi.weight.numel() == 16
-    ln = model_module.make_norm(tiny(norm='layernorm', bias=False))
-    assert ln.bias is None
-    assert not any('bias' in n for n, _ in GPT(tiny(bias=False)).named_parameters())
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape))
+    assert module.weight.numel() == (16 if scales == 'channel' else 1)
+    b = getattr(module, 'bias', None)
+    x = torch.randn(3, 16) * 5 + 2
+    want = formula(x.double(), module.weight.double(), 0 if b is None else b.double(), 1e-5)
+    assert (module(x).double() - want).abs().max() <= 1e-5
+    assert not any('bias' in n for n, _ in GPT(tiny(norm=norm, bias=False)).named_parameters())
+
+
+@pytest.mark.parametrize('mlp', CHOICES['mlp'])
+def test_mlp_variants_against_formulas(mlp):
+    missing_reference(MLPS, 'mlp', mlp)
+    torch.manual_seed(0)
+    block = model_module.MLP(tiny(mlp=mlp))
+    x = torch.randn(2, 5, 16)
+
+    def lin(name, t):
+        layer = getattr(block, name)
+        return t @ layer.weight.double().T + layer.bias.double()
+    assert (block(x).double() - MLPS[mlp](x.double(), lin)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize('pos_emb', CHOICES['pos_emb'])
+def test_position_encodings_against_formulas(pos_emb):
+    """The first layer's attention of a softmax model, recomputed in float64 from the embeddings with POSITIONS'
+    formulas, equals the analysis path's."""
+    missing_reference(POSITIONS, 'pos_emb', pos_emb)
+    embed, turn = POSITIONS[pos_emb]
+    cfg = tiny(pos_emb=pos_emb, rope_base=100.0)
+    torch.manual_seed(0)
+    m = GPT(cfg).eval()
+    idx = torch.randint(0, 50, (2, 12))
+    attn = m(idx, analysis=True)[2]['attn'][0]
+    wpe = m.transformer.wpe.weight.double() if 'wpe' in m.transformer else None
+    x = embed(m.transformer.wte.weight.double()[idx], wpe)
+    block = m.transformer.h[0]
+    h = NORMS['layernorm'][1](x, block.ln_1.weight.double(), block.ln_1.bias.double(), 1e-5)
+    q, k, _ = (h @ block.attn.c_attn.weight.double().T + block.attn.c_attn.bias.double()).split(16, -1)
+    q, k = (turn(t.view(2, 12, 2, 8).transpose(1, 2), 100.0) for t in (q, k))
+    s = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~torch.ones(12, 12, dtype=torch.bool).tril(), -math.inf)
+    assert (attn.double() - torch.softmax(s, -1)).abs().max() <= 1e-5
 
 
 @pytest.mark.parametrize('field,value', [('attn', 'softmax2'), ('norm', 'batchnorm'), ('pos_emb', 'alibi'), ('mlp', 'relu')])

@@ -1,4 +1,5 @@
-"""OrthoAdam against a dense float64 implementation of Algorithm 1, and against torch.optim.AdamW."""
+"""OrthoAdam against a dense float64 implementation of Algorithm 1, and against torch.optim.AdamW. Every rotation and
+axis policy (orthoadam.ROTATIONS, AXES) is checked: Q orthogonal, and the steps Algorithm 1's with that Q."""
 import copy
 import functools
 import io
@@ -8,7 +9,7 @@ import os
 import pytest
 import torch
 
-from orthoadam import OrthoAdam
+from orthoadam import AXES, ROTATIONS, OrthoAdam
 
 HP = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
 SHAPES = {'w': (6, 12), 'b': (24,), 't': (3, 4, 8), 'r': (12, 5), 'one': (1, 12)}
@@ -62,12 +63,7 @@ def signed_permutation(n, generator):
     return torch.eye(n, dtype=torch.float64)[torch.randperm(n, generator=generator)] * signs
 
 
-@pytest.mark.parametrize('options', [
-    dict(rotation='hadamard'),
-    dict(rotation='haar'),
-    dict(rotation='hadamard', axes='residual', residual_dim=12),
-    dict(rotation='haar', axes='residual', residual_dim=12),
-])
+@pytest.mark.parametrize('options', [dict(rotation=r, axes=a, residual_dim=12) for r in ROTATIONS for a in AXES])
 def test_matches_dense_reference(options):
     params = make_params()
     grads = make_grads(params, 6)
@@ -80,7 +76,17 @@ def test_matches_dense_reference(options):
     for n, p in params.items():
         want = reference_algorithm1(theta0[n], [g[n] for g in grads], qs[n], **HP)
         torch.testing.assert_close(p.detach().double().flatten(), want, atol=1e-5, rtol=0)
-    assert sum(not torch.equal(q, torch.eye(len(q), dtype=q.dtype)) for q in qs.values()) >= 2   # non-trivial Q
+    if options['rotation'] != 'identity' and options['axes'] != 'none':   # non-trivial Q
+        assert sum(not torch.equal(q, torch.eye(len(q), dtype=q.dtype)) for q in qs.values()) >= 2
+
+
+@pytest.mark.parametrize('rotation', ROTATIONS)
+def test_every_rotation_is_orthogonal(rotation):
+    """Q Qᵀ = I for every rotated axis, power-of-two, odd and mixed sizes alike (what makes Algorithm 1 Adam in a
+    rotated basis)."""
+    p = torch.nn.Parameter(torch.zeros(6, 24, 7))
+    for q in OrthoAdam([p], rotation=rotation).dense_factors(p):
+        torch.testing.assert_close(q @ q.T, torch.eye(len(q), dtype=torch.float64), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize('bucket', [1 << 24, 100])   # one stack per shape / stacks of one, rows in blocks of 4
@@ -355,3 +361,17 @@ def test_fused_kernel_that_cannot_compile_falls_back_with_one_line(monkeypatch, 
     for n, p in params.items():
         want = reference_algorithm1(theta0[n], [g[n] for g in grads], qs[n], **HP)
         torch.testing.assert_close(p.detach().double().flatten(), want, atol=1e-5, rtol=0, msg=n)
+
+
+def test_kernel_plan_refuses_factors_that_do_not_cover_the_axis():
+    """rotate() reads factors covering part of an axis as mats ⊗ I; the fused kernel rotates whole fibres, so its plan
+    says in one line that it cannot take them, instead of rotating the wrong coordinates."""
+    pytest.importorskip('triton')
+    import orthoadam_kernel
+    p = torch.zeros(6, 48)
+    assert orthoadam_kernel.plan(p, (1,), (None, [torch.eye(48)])) == (1, 48, 1)
+    assert orthoadam_kernel.plan(p, (1,), (None, [torch.eye(16), torch.eye(3)])) == (1, 16, 3)
+    for mats, covered in (([torch.eye(16)], 16), ([torch.eye(16), torch.eye(2)], 32)):
+        with pytest.raises(ValueError, match=rf"^orthoadam_kernel.plan: the rotation's factors cover {covered} "
+                                             rf"coordinates of axis 1, which has 48; [^\n]*$"):
+            orthoadam_kernel.plan(p, (1,), (None, mats))

@@ -98,6 +98,88 @@ def test_a_checkpoint_records_its_data_relative_to_itself_and_survives_moving_th
     assert os.path.samefile(lm.data, moved / 'data' / 'x')
 
 
+# ----------------------------------------------------------------------------- the rules of fileio (issue 36)
+def test_check_output_refuses_each_path_a_command_cannot_write_and_accepts_the_others(tmp_path, monkeypatch):
+    """Each case by hand: (path, folder?, inputs, replace) -> the words of the refusal, or None (accepted)."""
+    import fileio
+    (tmp_path / 'file').write_text('mine')
+    (tmp_path / 'dir').mkdir()
+    (tmp_path / 'dir' / 'x').write_text('mine')
+    (tmp_path / 'empty').mkdir()
+    (tmp_path / 'export').mkdir()
+    (tmp_path / 'export' / '.written-by').write_text('export_hf.py\n')
+    (tmp_path / 'ro').mkdir()
+    t = str(tmp_path)
+    cases = [
+        (f'{t}/new/deeper/out.json', False, (), None, None),
+        (f'{t}/file', False, (), None, None),                                   # a file written over (as before)
+        (f'{t}/file/out.json', False, (), None, f'{t}/file is a file, not a folder'),
+        (f'{t}/file', True, (), None, f'--x {t}/file is a file, not a folder'),
+        (f'{t}/dir', False, (), None, f'--x {t}/dir is a folder, not a file'),
+        (f'{t}/dir', True, (), None, None),                                     # written into
+        (f'{t}/dir/x', False, (f'{t}/dir/x',), None, 'is the input'),
+        (f'{t}/dir', True, (f'{t}/dir/x',), None, None),                        # beside an input: fine
+        (f'{t}/dir', True, (f'{t}/dir/x',), 'export_hf.py', 'holds the input'),  # replaced as a whole: not
+        (f'{t}/dir', True, (), 'export_hf.py', 'was not written by export_hf.py'),
+        (f'{t}/empty', True, (), 'export_hf.py', None),
+        (f'{t}/export', True, (), 'export_hf.py', None),
+        (f'{t}/export', True, (), 'train.py', 'was not written by train.py'),
+        (f'{t}/ro/out.json', False, (), None, f'cannot write to {t}/ro'),
+        (f'{t}/ro', True, (), None, f'cannot write to {t}/ro'),
+    ]
+    access = os.access   # a read-only folder (chmod does not stop root, who may run the tests)
+    monkeypatch.setattr(fileio.os, 'access', lambda p, m, **k: False if p == f'{t}/ro' else access(p, m, **k))
+    for path, folder, inputs, replace, said in cases:
+        try:
+            fileio.check_output(path, '--x', folder=folder, inputs=inputs, replace=replace)
+            got = None
+        except ValueError as e:
+            got = str(e)
+            assert '\n' not in got and ('choose' in got or 'give' in got), got
+        assert (got is None) == (said is None) and (said is None or said in got), (path, got)
+    assert sorted(os.listdir(tmp_path)) == ['dir', 'empty', 'export', 'file', 'ro']       # nothing was made
+    fileio.check_output(f'{t}/made/here', '--x', folder=True, make=True)
+    assert os.path.isdir(f'{t}/made/here')
+
+
+def test_remove_temporaries_removes_only_the_programs_own(tmp_path):
+    import fileio
+    for name in ('ckpt.pt.tmp', 'best.pt', 'config.json.tmp', 'notes.tmp', 'ckpt.pt.tmp.tmp'):
+        (tmp_path / name).write_text('x')
+    for folder, mark in (('ckpt.dcp-4.tmp', 'train.py'), ('ckpt.dcp-5.tmp', 'export_hf.py'), ('ckpt.dcp-6.tmp', None),
+                         ('ckpt.dcp-7.tmp', ''), ('plots.tmp', 'train.py')):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / 'f').write_text('x')
+        if mark is not None:
+            (tmp_path / folder / '.written-by').write_text(mark)
+    (tmp_path / 'ckpt.dcp-8.tmp').mkdir()                      # killed before its mark: empty
+    removed = fileio.remove_temporaries(str(tmp_path), ('ckpt.pt', 'config.json', 'ckpt.dcp-*'), 'train.py')
+    assert [os.path.basename(p) for p in removed] == ['ckpt.dcp-4.tmp', 'ckpt.dcp-8.tmp', 'ckpt.pt.tmp',
+                                                       'config.json.tmp']
+    assert sorted(os.listdir(tmp_path)) == ['best.pt', 'ckpt.dcp-5.tmp', 'ckpt.dcp-6.tmp', 'ckpt.dcp-7.tmp',
+                                            'ckpt.pt.tmp.tmp', 'notes.tmp', 'plots.tmp']
+
+
+@pytest.mark.parametrize('kind, low, high, text, ok', [
+    (float, 0, None, '0', 0.0), (float, 0, None, '1e-6', 1e-6), (float, 0, None, 'nan', None),
+    (float, 0, None, 'inf', None), (float, 0, None, '-inf', None), (float, 0, None, '-0.5', None),
+    (float, 0, 1, '1', 1.0), (float, 0, 1, '1.01', None), (int, 1, None, '1', 1), (int, 1, None, '0', None),
+    (int, 0, None, '2.5', None), (int, 0, None, 'x', None),
+])
+def test_number_accepts_finite_values_in_range_only(kind, low, high, text, ok):
+    import argparse
+    import fileio
+    parse = fileio.number(kind, low, high)
+    if ok is None:
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(text)
+    else:
+        assert parse(text) == ok and type(parse(text)) is kind
+    assert fileio.number(float, 0, low_open=True)('0.5') == 0.5
+    with pytest.raises(argparse.ArgumentTypeError):
+        fileio.number(float, 0, low_open=True)('0')
+
+
 # ----------------------------------------------------------------------------- a full disk
 def full_disk(*args, **kwargs):
     raise RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 1728 vs 1664')
@@ -129,6 +211,22 @@ def test_a_full_disk_is_one_line_and_keeps_the_last_good_checkpoint(bigram_data,
                        '--eval_interval=2')
     assert code == 2 and 'is full' in err and 'no checkpoint had been written' in err, err
     assert not any(f.endswith('.tmp') for f in os.listdir(fresh))
+
+
+def test_the_data_check_on_a_full_disk_leaves_no_part_of_its_record(tmp_path, monkeypatch):
+    """Found attacking issue 36's cases: the record of a checked split (.verified.json) written on a full disk left
+    its partial temporary .verified.* file in the data folder for good. Now the check goes on (it runs again next
+    time) and leaves nothing."""
+    data = write_dataset(str(tmp_path / 'd'), n_train=2000, n_val=500)
+    meta = dataset.load_meta(data)
+
+    def dump(obj, f, **kw):
+        f.write('{"part')
+        f.flush()
+        raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(train_data.json, 'dump', dump)
+    train_data.verify_tokens(os.path.join(data, 'val.bin'), meta, 'val', 64)
+    assert sorted(os.listdir(data)) == ['meta.json', 'train.bin', 'val.bin']
 
 
 def test_prepare_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch):
@@ -165,6 +263,23 @@ def test_a_finished_run_resumed_says_so_and_logs_no_second_eval(bigram_data, tmp
     assert 'is a finished run (iteration 2 of max_iters=2)' in again
     assert first.splitlines()[-1] == again.splitlines()[-1]            # the same result line
     assert (tmp_path / 'o' / 'log.jsonl').read_text() == log           # no duplicate eval event
+
+
+def test_a_finished_run_started_again_with_other_values_records_nothing(bigram_data, tmp_path, capsys):
+    """Issue 36: the main job of a max_minutes chain run again on a finished run (init_from=auto, another budget and
+    other values a resume may change) trains nothing, so it appends no resume_change event and leaves config.json
+    (and every other file) byte for byte as it was."""
+    out = tmp_path / 'o'
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2', '--eval_interval=2',
+            '--init_from=auto']
+    code, _, err = cli(capsys, *args)
+    assert code == 0, err
+    before = snapshot(str(out))
+    code, again, err = cli(capsys, *args, '--max_minutes=5', '--learning_rate=0.01', '--eval_tokens=128',
+                           '--log_interval=2', '--probe_docs=0')
+    assert code == 0, err
+    assert 'is a finished run (iteration 2 of max_iters=2)' in again and 'changed on resume' not in again
+    assert snapshot(str(out)) == before
 
 
 # ----------------------------------------------------------------------------- results and checkpoints

@@ -175,10 +175,8 @@ def test_gpt2_vocabulary_unavailable(tmp_path, monkeypatch, capsys):
         assert "python corpus.py fetch" in err and "GPT2_TIKTOKEN" in err
 
 
-def test_gpt2_ranks_are_found_in_the_corpus_cache(tmp_path, monkeypatch):
-    ranks = os.environ.get("GPT2_TIKTOKEN")
-    if not ranks:
-        pytest.skip("needs GPT-2's ranks: export GPT2_TIKTOKEN=.../gpt2.tiktoken")
+def test_gpt2_ranks_are_found_in_the_corpus_cache(tmp_path, monkeypatch, gpt2_ranks):
+    ranks = gpt2_ranks
     monkeypatch.delenv("GPT2_TIKTOKEN")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
     monkeypatch.setenv("CORPUS_CACHE", str(tmp_path))

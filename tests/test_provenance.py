@@ -1,8 +1,10 @@
 """Every output records where it came from (provenance.py) and no absolute path: meta.json, a run's log.jsonl,
 analyze.py's and eval_quant.py's JSON, made as a user makes them (relative paths from a working directory)."""
+import glob
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -26,6 +28,29 @@ def test_the_record_against_git_hashlib_and_torch():
     assert rec['torch'] == torch.__version__ and rec['device'] == f'cpu ({os.cpu_count()} cores)'
     assert rec['data'] == {'train': 'a', 'val': 'b'}
     assert provenance.record()['device'] is None and 'data' not in provenance.record()
+
+
+def test_a_copy_without_git_inside_another_repository_records_no_commit(tmp_path):
+    """Issue 36, case 4: the project as a `git archive` tarball unpacks it (its files, no .git) inside another git
+    repository (a home folder kept in git): that repository's HEAD says nothing about this code, so the commit is
+    null, not the outer HEAD as a clean commit."""
+    outer = tmp_path / 'home'
+    project = outer / 'src' / 'project'
+    project.mkdir(parents=True)
+    git = lambda *a: subprocess.run(['git', *a], cwd=outer, capture_output=True, text=True, check=True,
+                                    env=dict(os.environ, GIT_AUTHOR_NAME='t', GIT_AUTHOR_EMAIL='t@t',
+                                             GIT_COMMITTER_NAME='t', GIT_COMMITTER_EMAIL='t@t')).stdout.strip()
+    git('init', '-q')
+    (outer / '.bashrc').write_text('alias ll="ls -l"\n')
+    git('add', '.bashrc')
+    git('commit', '-q', '-m', 'dotfiles')
+    outer_head = git('rev-parse', 'HEAD')
+    for path in glob.glob(os.path.join(ROOT, '*.py')) + [os.path.join(ROOT, 'corpus_manifest.json')]:
+        shutil.copy(path, project)
+    code = 'import provenance; print(provenance.git_commit()); print(provenance.record()["commit"])'
+    r = subprocess.run([sys.executable, '-c', code], cwd=project, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['None', 'None'] and outer_head not in r.stdout
 
 
 def test_outputs_record_provenance_and_no_absolute_path(tmp_path, monkeypatch, capsys):

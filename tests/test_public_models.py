@@ -302,9 +302,7 @@ def test_missing_gpt2_vocabulary_says_exactly_what_to_do(tmp_path, monkeypatch, 
         tokenizer_lib.load_tokenizer('gpt2')
 
 
-def test_real_gpt2_ranks_give_gpt2_ids():
-    if tokenizer_lib.gpt2_ranks_file() is None:
-        pytest.skip('no local copy of GPT-2\'s BPE ranks (set GPT2_TIKTOKEN, see docs/data.md; .ci/run fetches one)')
+def test_real_gpt2_ranks_give_gpt2_ids(gpt2_ranks):
     tok = tokenizer_lib.load_tokenizer('gpt2')
     assert list(tok.encode('Hello world')) == [15496, 995] and list(tok.encode(' the')) == [262]
     assert (tok.vocab_size, tok.eot_token) == (50257, 50256)

@@ -35,9 +35,10 @@ def test_gpu_scale_applies_the_recipe_to_every_row_and_pilots_keep_their_levers(
     assert {(c['windows'], c['weight_decay']) for c in pilots.values()} == {
         (w, d) for w in ('random', 'document') for d in (0.1, 0.5)}
     assert pilots['pilots/bos1_wd05']['windows'] == 'document' and pilots['pilots/bos0_wd01']['weight_decay'] == 0.1
-    for c in pilots.values():   # vanilla 60M otherwise, probed at 25 evaluations
+    for c in pilots.values():   # vanilla 60M otherwise, probed 25 times (between two evaluations and the last)
         assert (c['n_layer'], c['n_embd'], c['attn'], c['optimizer']) == (10, 512, 'softmax', 'adamw')
-        assert c['learning_rate'] == 1e-3 and c['max_iters'] // c['eval_interval'] == 25 and c['probe_docs'] == 32
+        assert c['learning_rate'] == 1e-3 and c['max_iters'] // c['probe_interval'] == 25 and c['probe_docs'] == 32
+        assert c['max_iters'] // c['eval_interval'] == 2
     mini = {r.config: r.cfg for r in reproduce.plan(['pilots'], reproduce.SCALES['mini'], str(tmp_path))}
     assert {(c['windows'], c['weight_decay']) for c in mini.values()} == set(
         (c['windows'], c['weight_decay']) for c in pilots.values())   # the mini scale's windows do not override
@@ -115,6 +116,31 @@ def test_pack_over_the_limit_is_refused_and_the_old_pack_kept(tmp_path):
     recipe.pack_run(str(d), str(dest), limit=30_000)   # under a limit just above it: packed
     with pytest.raises(ValueError, match='holds no analysis.json or log.jsonl'):
         recipe.pack_run(str(tmp_path / 'empty'), str(tmp_path / 'x.tar.gz'))
+
+
+def test_pack_on_a_full_disk_is_one_line_and_leaves_no_part(tmp_path, monkeypatch):
+    """Found attacking --pack (issue 36): a full disk left the part of the pack that was written as a .pack.* file
+    for good. Now: one line, the earlier pack kept, nothing else in the folder."""
+    import errno
+    d = _run_dir(tmp_path)
+    dest = tmp_path / 'packs' / 'row.tar.gz'
+    dest.parent.mkdir()
+    dest.write_bytes(b'an earlier pack')
+    real = recipe.tempfile.NamedTemporaryFile
+
+    def full(**kw):
+        f = real(**kw)
+        def write(data):
+            f.file.write(data[:10])
+            f.file.flush()
+            raise OSError(errno.ENOSPC, 'No space left on device')
+        f.write = write
+        return f
+    monkeypatch.setattr(recipe.tempfile, 'NamedTemporaryFile', full)
+    with pytest.raises(ValueError) as e:
+        recipe.pack_run(str(d), str(dest))
+    assert 'is full' in str(e.value) and '\n' not in str(e.value)
+    assert os.listdir(dest.parent) == ['row.tar.gz'] and dest.read_bytes() == b'an earlier pack'
 
 
 GOOD_V = {'ppl': 30.0, 'kurtosis_first': 120.0, 'kurtosis_rest': 40.0, 'first_attn_argmax': 0.41}

@@ -185,23 +185,34 @@ def test_iters_override_keeps_the_sgd_rows_factor(tmp_path):
     assert '--warmup_iters=2 ' in sgd and '--warmup_iters=2 ' in adam      # the same warmup for every row
 
 
-# the one thing each mitigations row changes against config/mitigations/base.py
-MITIGATIONS = {'01_vanilla': {}, '02_softmax1': {'attn': 'softmax1'}, '03_clipped': {'attn': 'clipped'},
-               '04_gated': {'attn': 'gated'}, '05_sigmoid': {'attn': 'sigmoid'}, '06_attn_bias': {'attn_bias': True},
-               '07_sink_token': {'sink_token': True}, '08_orthoadam': {'optimizer': 'orthoadam'},
-               '09_muon': {'optimizer': 'muon'}, '10_softmax1_orthoadam': {'attn': 'softmax1', 'optimizer': 'orthoadam'},
-               '11_clipped_orthoadam': {'attn': 'clipped', 'optimizer': 'orthoadam'}}
+def named_fix(name):
+    """What a mitigations row's file name says it changes against base.py: '10_softmax1_orthoadam' -> attn softmax1 and
+    optimizer orthoadam; '06_attn_bias' -> attn_bias; '01_vanilla' -> nothing."""
+    from model import CHOICES
+    from optimizers import OPTIMIZERS
+    words, fix = name.split('_', 1)[1], {}
+    for flag in ('attn_bias', 'sink_token'):
+        if flag in words:
+            fix[flag], words = True, words.replace(flag, '')
+    for word in filter(None, words.split('_')):
+        key = 'attn' if word in CHOICES['attn'] else 'optimizer' if word in OPTIMIZERS else None
+        assert key or word == 'vanilla', f"config/mitigations/{name}.py: '{word}' names no attention or optimizer"
+        if key:
+            fix[key] = word
+    return fix
 
 
 def test_mitigation_rows_differ_from_one_base_only_in_their_fix():
+    """Every file of config/mitigations/ is a row, in order, and changes against base.py exactly what its name says."""
     base = reproduce.resolve('mitigations/base', [])
     assert (base['attn'], base['optimizer'], base['norm'], base['bias'], base['max_iters']) == (
         'softmax', 'adamw', 'rmsnorm_single', False, 40_000)
     rows = reproduce.TABLES['mitigations'].rows
-    assert [r.config.split('/')[1] for r in rows] == list(MITIGATIONS)
+    files = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, 'config', 'mitigations')) if f[:2].isdigit())
+    assert [r.config.split('/')[1] for r in rows] == files
     for row in rows:
         cfg = paper(row.config)
-        assert {k: cfg[k] for k in differing(cfg, base)} == MITIGATIONS[row.config.split('/')[1]], row.config
+        assert {k: cfg[k] for k in differing(cfg, base)} == named_fix(row.config.split('/')[1]), row.config
         assert row.paper == () and not any(c[4] for c in reproduce.TABLES['mitigations'].columns)
 
 
@@ -237,12 +248,12 @@ def test_gpu_scale_rows_shapes_and_budgets(tmp_path):
     full = {c: paper(c) for c in t5}
     for config, cfg in t5.items():
         assert (cfg['n_layer'], cfg['n_head'], cfg['n_embd']) == (10, 8, 512)
-        # the recipe's weight decay (recipe.DECOUPLED) reaches the Adam-family rows only: RMSProp and SGD keep 0
+        # the recipe's weight decay (optimizers.DECOUPLED_WEIGHT_DECAY) reaches the Adam-family rows only: RMSProp and SGD keep 0
         coupled = {'weight_decay'} if cfg['optimizer'] in ('sgd', 'rmsprop') else set()
         assert differing(cfg, t5[base]) == differing(full[config], full[base]) | coupled, config
     assert t5['table5/10_sgd']['max_iters'] == 8 * t5[base]['max_iters'] == 8 * 3000
     mit = reproduce.plan(['mitigations'], s, str(tmp_path))
-    assert len(mit) == 11 and all(r.cfg['n_embd'] == 512 for r in mit)
+    assert len(mit) == len(reproduce.TABLES['mitigations'].rows) and all(r.cfg['n_embd'] == 512 for r in mit)
 
 
 def test_gpu_scale_dry_run_prints_data_tokens_and_expected_time(bb, tmp_path):
@@ -251,3 +262,81 @@ def test_gpu_scale_dry_run_prints_data_tokens_and_expected_time(bb, tmp_path):
     assert f'data: {bb}' in r.stderr and r.stderr.count('328 M tokens') == 4
     assert 'expected wall time on one H100' in r.stderr and 'for the 4 runs to do' in r.stderr
     assert r.stdout.count('--windows=') == 4 and '--compile=True' in r.stdout
+
+
+# ----------------------------------------------------------------------------- refused before any work (issue 36)
+def exit_of(capsys, *argv):
+    """reproduce.main in this process: (exit status as the shell sees it, its message, stdout + stderr)."""
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(list(argv))
+    code, printed = e.value.code, capsys.readouterr()
+    return (code if isinstance(code, int) else 1), ('' if isinstance(code, int) else code), printed.out + printed.err
+
+
+def finished_rows(out, rows, results):
+    """The run folders of `rows` at the smoke scale under out, each holding the analysis.json in `results`."""
+    planned = reproduce.plan(['table2'], reproduce.SCALES['smoke'], os.path.join(out, 'smoke'), rows)
+    for run in planned:
+        os.makedirs(run.cfg['out_dir'])
+        with open(os.path.join(run.cfg['out_dir'], 'analysis.json'), 'w') as f:
+            json.dump(results[run.config.split('/')[-1]], f)
+    return planned
+
+
+@pytest.mark.parametrize('value', ['nan', 'inf', '-1'])
+def test_job_minutes_must_be_a_finite_number(capsys, tmp_path, value):
+    """Cases 6-7: --job_minutes nan / inf planned train.py --max_minutes=nan, which train.py refuses later."""
+    code, _, err = exit_of(capsys, 'table5', '--scale', 'smoke', '--rows', '11_orthoadam', '--job_minutes', value,
+                           '--dry_run', '--out', str(tmp_path))
+    assert code == 2 and f'argument --job_minutes: {value} is not allowed' in err and 'max_minutes' not in err
+
+
+@pytest.mark.parametrize('render', [[], ['--render']])
+def test_an_out_that_is_a_file_is_refused_before_any_work(capsys, tmp_path, monkeypatch, render):
+    """Cases 23-24: --out FILE was a NotADirectoryError (after the training, without --render)."""
+    monkeypatch.setattr(reproduce, 'run_all', lambda *a: pytest.fail('trained with an --out it cannot write'))
+    (tmp_path / 'FILE').write_text('mine')
+    code, message, _ = exit_of(capsys, 'table5', '--scale', 'smoke', '--rows', '11_orthoadam', '--out',
+                               str(tmp_path / 'FILE'), *render)
+    assert code == 1 and message == f"reproduce.py: error: --out {tmp_path / 'FILE'} is a file, not a folder; " \
+                                    f"choose another --out"
+    assert (tmp_path / 'FILE').read_text() == 'mine'
+
+
+def test_goal_with_a_perplexity_of_zero_is_missing_not_a_traceback(capsys, tmp_path):
+    """Case 25: vanilla's analysis.json with "ppl": 0 (no perplexity is below 1) divided by zero."""
+    good = {'gpt2_60m_vanilla': {'ppl': 0, 'kurtosis_first': 120.0, 'kurtosis_rest': 40.0, 'first_attn_argmax': 0.4},
+            'gpt2_60m_s1oa': {'ppl': 30.3, 'kurtosis_first': 3.2, 'kurtosis_rest': 3.1, 'first_attn_argmax': 0.02}}
+    out = str(tmp_path / 'out')
+    finished_rows(out, ['gpt2_60m_vanilla', 'gpt2_60m_s1oa'], good)
+    code, message, printed = exit_of(capsys, 'table2', '--scale', 'smoke', '--rows', 'gpt2_60m_vanilla',
+                                     'gpt2_60m_s1oa', '--out', out, '--render', '--goal')
+    assert code == 1 and 'goal of issue 27 is not met' in message and 'Traceback' not in printed
+    assert 'MISSING: s1+OA PPL within 2% of vanilla' in printed and 'met: vanilla first_attn_argmax' in printed
+
+
+def test_pack_that_packs_nothing_is_an_error(capsys, tmp_path, monkeypatch):
+    """--pack exited 0 when nothing was packed: into an existing file or a read-only folder (refused before any
+    work), or a pack over 16 MiB (refused when packing: the exit status says so, the other rows are packed)."""
+    out = str(tmp_path / 'out')
+    rows = ['gpt2_60m_vanilla', 'gpt2_60m_s1oa']
+    planned = finished_rows(out, rows, {r: {'ppl': 30.0} for r in rows})
+    args = ['table2', '--scale', 'smoke', '--rows', *rows, '--out', out, '--render']
+    (tmp_path / 'a_file').write_text('mine')
+    code, message, _ = exit_of(capsys, *args, '--pack', str(tmp_path / 'a_file'))
+    assert code == 1 and 'is a file, not a folder' in message and (tmp_path / 'a_file').read_text() == 'mine'
+    import fileio
+    read_only = str(tmp_path / 'ro')
+    os.makedirs(read_only)
+    access = os.access   # what a read-only folder answers (chmod does not stop root, who may run the tests)
+    monkeypatch.setattr(fileio.os, 'access', lambda p, mode, **k: False if p == read_only else access(p, mode, **k))
+    code, message, _ = exit_of(capsys, *args, '--pack', read_only)
+    assert code == 1 and f'--pack {read_only}: cannot write to {read_only}' in message
+    assert not os.path.exists(os.path.join(out, 'smoke', 'table2.md'))      # refused before rendering
+    monkeypatch.undo()
+    with open(os.path.join(planned[0].cfg['out_dir'], 'log.jsonl'), 'wb') as f:   # 17 MiB that do not compress
+        f.write(os.urandom(17 * 2 ** 20))
+    packs = str(tmp_path / 'packs')
+    code, message, _ = exit_of(capsys, *args, '--pack', packs)
+    assert code == 1 and '1 of 2 row(s) not packed' in message and 'MiB > 16 MiB' in message
+    assert sorted(os.listdir(packs)) == [f'{planned[1].name}.tar.gz']

@@ -153,12 +153,25 @@ def test_best_checkpoint_survives_a_bad_stretch_and_eval_only_writes_nothing(big
 def test_leftover_tmp_files_are_removed_at_start(bigram_data, tmp_path, capsys):
     out = str(tmp_path / 'run')
     args = finished_run(bigram_data, out, capsys)
-    for name in ('ckpt.pt.tmp', 'best.pt.tmp', 'config.json.tmp'):
+    for name in ('ckpt.pt.tmp', 'best.pt.tmp', 'config.json.tmp', 'ckpt_4.pt.tmp'):
         with open(os.path.join(out, name), 'wb') as f:
             f.write(b'half a checkpoint')
+    os.makedirs(os.path.join(out, 'ckpt.dcp-4.tmp'))                       # a killed sharded save: train.py's mark
+    for name, text in (('ckpt.dcp-4.tmp/.written-by', 'train.py\n'), ('ckpt.dcp-4.tmp/__0_0.distcp', 'half'),
+                       # what is not train.py's stays (issue 36, case 1): a user's folder and file named *.tmp, and
+                       # a folder under a name train.py writes but without its mark
+                       ('plots.tmp/fig.png', 'f'), ('notes.tmp', 'mine'), ('ckpt.dcp-2.tmp/mine.txt', 'mine')):
+        os.makedirs(os.path.dirname(os.path.join(out, name)), exist_ok=True)
+        with open(os.path.join(out, name), 'w') as f:
+            f.write(text)
     code, stdout, err = cli(capsys, *args, '--init_from=resume', '--max_iters=5')
     assert code == 0, err
-    assert not glob.glob(os.path.join(out, '*.tmp')) and stdout.count('left by an interrupted save') == 3
+    assert sorted(os.path.relpath(p, out) for p in glob.glob(os.path.join(out, '*.tmp'))) == [
+        'ckpt.dcp-2.tmp', 'notes.tmp', 'plots.tmp']
+    assert open(os.path.join(out, 'plots.tmp', 'fig.png')).read() == 'f'
+    assert open(os.path.join(out, 'ckpt.dcp-2.tmp', 'mine.txt')).read() == 'mine'
+    assert open(os.path.join(out, 'notes.tmp')).read() == 'mine'
+    assert stdout.count('left by an interrupted save') == 5
 
 
 def test_save_every_keeps_a_series_each_of_which_resumes_exactly(bigram_data, tmp_path, capsys):

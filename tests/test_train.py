@@ -103,6 +103,28 @@ def test_probes_and_evaluations_do_not_change_the_run(bigram_data, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_probe_interval_probes_between_evaluations_without_changing_the_run(bigram_data, tmp_path):
+    """probe_interval=1 with eval_interval=2: 'probe' events at the odd iterations, equal to the probes of a run that
+    evaluates at every iteration (the same weights, measured the same way), and the same weights and losses as a run
+    without probes; read_probes merges both kinds in iteration order."""
+    common = ('--dropout=0.1', '--max_iters=4', '--windows=document', '--probe_docs=4', '--log_interval=1')
+    between, every, none = (str(tmp_path / n) for n in ('between', 'every', 'none'))
+    train.train(config(bigram_data, between, *common, '--eval_interval=2', '--probe_interval=1'))
+    train.train(config(bigram_data, every, *common, '--eval_interval=1'))
+    train.train(config(bigram_data, none, *common, '--eval_interval=2', '--probe_docs=0'))
+    events = [json.loads(line) for line in open(os.path.join(between, 'log.jsonl'))]
+    probes = {e['iter']: e for e in events if e['event'] == 'probe'}
+    assert sorted(probes) == [1, 3] and all('val_loss' not in e for e in probes.values())
+    evals = {e['iter']: e for e in map(json.loads, open(os.path.join(every, 'log.jsonl'))) if e['event'] == 'eval'}
+    for i in (1, 3):
+        assert probes[i]['probe'] == evals[i]['probe'] and probes[i]['tokens'] == evals[i]['tokens']
+    assert [e['iter'] for e in runs.read_probes(os.path.join(between, 'log.jsonl'))] == [0, 1, 2, 3, 4]
+    losses = lambda out: [e['loss'] for e in map(json.loads, open(os.path.join(out, 'log.jsonl'))) if e['event'] == 'train']
+    assert losses(between) == losses(none)
+    a, b = final_weights(between), final_weights(none)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_probe_docs_zero_logs_no_probe(bigram_data, tmp_path):
     out = str(tmp_path / 'off')
     train.train(config(bigram_data, out, '--probe_docs=0', '--max_iters=2'))
@@ -188,6 +210,29 @@ def test_a_chain_of_time_limited_jobs_equals_one_run(bigram_data, tmp_path, caps
     events = [json.loads(line) for line in open(os.path.join(chain, 'log.jsonl'))]
     assert [e['iter'] for e in events if e['event'] == 'stopped'] == [1, 2, 3, 4, 5]   # not at the last iteration
     assert [e['iter'] for e in events if e['event'] == 'eval'] == [0, 6]
+
+
+def test_a_chain_stopping_on_evaluation_iterations_keeps_best_pt_as_one_run_does(bigram_data, tmp_path, capsys):
+    """Issue 36, case 5: jobs of ~0 minutes stop at every iteration, so each evaluation iteration is reached by a stop
+    and evaluated by the next job, at its start. The best so far is then written there: when the chain's ckpt.pt is
+    at iteration 7, its best.pt is the state of iteration 6, as an uninterrupted run's (the reference: its
+    ckpt_6.pt, the val loss it logged at 6)."""
+    common = ('--max_iters=8', '--eval_interval=2', '--warmup_iters=0', '--learning_rate=0.01', '--decay_lr=False',
+              '--divergence_factor=0', '--probe_docs=0')
+    straight, chain = str(tmp_path / 'straight'), str(tmp_path / 'chain')
+    train.train(config(bigram_data, straight, *common, '--save_every=2'))
+    evals = {e['iter']: e['val_loss'] for e in map(json.loads, open(os.path.join(straight, 'log.jsonl')))
+             if e['event'] == 'eval'}
+    assert evals[6] < min(evals[0], evals[2], evals[4])     # iteration 6 is the best so far in this run
+    for _ in range(7):   # each job trains one iteration: ckpt.pt at 1, 2, ..., 7
+        train.train(config(bigram_data, chain, *common, '--init_from=auto', '--max_minutes=1e-9'))
+    load = lambda path: torch.load(path, weights_only=False)
+    assert load(os.path.join(chain, 'ckpt.pt'))['iter_num'] == 7
+    best, reference = load(os.path.join(chain, 'best.pt')), load(os.path.join(straight, 'ckpt_6.pt'))
+    assert best['iter_num'] == 6 and best['best_val_loss'] == evals[6]
+    assert all(torch.equal(best['model'][k], v) for k, v in reference['model'].items())
+    logged = [e for e in map(json.loads, open(os.path.join(chain, 'log.jsonl'))) if e['event'] == 'eval']
+    assert {e['iter']: e['val_loss'] for e in logged} == {k: v for k, v in evals.items() if k <= 6}
 
 
 @pytest.mark.parametrize('variant', [('--optimizer=orthoadam', '--attn=softmax1'),

@@ -1,0 +1,174 @@
+"""tools/gpu_queue.py, the standing GPU queue (docs/gpu-queue.md), checked on the CPU so that a GPU window finds no
+typo: every item's commands are valid at the gpu scale, each item runs as its CPU miniature into a fake $OUT in
+the calls a window makes (a call cut by its deadline, a call that stops a training job, a call that finishes), what
+lands in $OUT fits what a device call brings back, and the tests that failed on the H200 are the ones run first."""
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from types import SimpleNamespace
+
+import pytest
+
+import reproduce
+from conftest import ROOT
+from dataset import prepare_bigram_backcopy
+from recipe import STEPS
+
+SCRIPT = os.path.join(ROOT, 'tools', 'gpu_queue.py')
+spec = importlib.util.spec_from_file_location('gpu_queue', SCRIPT)
+gpu_queue = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_queue)
+
+
+@pytest.fixture(scope='module')
+def bb(tmp_path_factory):
+    return str(prepare_bigram_backcopy(tmp_path_factory.mktemp('bb') / 'bb', train_docs=200, val_docs=20, doc_len=64))
+
+
+def queue(*args, cwd=None, timeout=600):
+    return subprocess.run([sys.executable, SCRIPT, *args], cwd=cwd or ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def mini(item, out, work, bb, minutes='3', *extra):
+    return queue('run', item, '--out', str(out), '--minutes', minutes, '--mini', '--work', str(work), '--dataset', bb,
+                 *extra)
+
+
+def status(out):
+    with open(os.path.join(out, 'status.json')) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize('item', [i for i in gpu_queue.ITEMS if i.kind == 'rows'], ids=lambda i: i.name)
+def test_each_rows_item_trains_exactly_its_rows_with_the_recipe_and_the_probe(item, tmp_path):
+    runs = reproduce.plan(list(item.tables), reproduce.SCALES['gpu'], str(tmp_path), list(item.rows))
+    call = SimpleNamespace(item=item, work=str(tmp_path / 'w'), mini=False)
+    assert [os.path.basename(d) for d in gpu_queue.row_dirs(call).values()] == [r.name for r in runs]
+    for run in runs:
+        c = run.cfg
+        steps = STEPS['pilot' if item.name == 'pilots' else '60m']
+        probes = 25 if item.name == 'pilots' else 40
+        # the pilots vary BOS (document windows) and weight decay; every other row has the recipe's
+        windows = 'random' if run.name.startswith('pilots-bos0') else 'document'
+        wd = 0.1 if run.name.endswith('wd01') else 0.5
+        assert (c['max_iters'], c['windows'], c['weight_decay'], c['dataset']) == (steps, windows, wd, 'pinned_archive')
+        assert (c['eval_interval'], c['probe_interval'], c['probe_docs']) == (steps // 2, steps // probes, 32)
+        assert c['batch_size'] * c['block_size'] == 32_768 and c['compile']
+
+
+def test_a_whole_row_name_selects_that_row_alone():
+    assert reproduce.row_selected('table2/gpt2_60m_s1', ['gpt2_60m_s1'])
+    assert not reproduce.row_selected('table2/gpt2_60m_s1oa', ['gpt2_60m_s1'])
+    assert not reproduce.row_selected('table2/gpt2_60m_s1oa', ['table2/gpt2_60m_s1'])
+    assert reproduce.row_selected('table2/gpt2_60m_s1oa', ['gpt2_60m'])            # a part of names: every match
+    assert reproduce.row_selected('table5/11_orthoadam', ['orthoadam'])
+
+
+def test_the_first_tests_are_the_ones_that_failed_on_the_h200():
+    pytest.importorskip('triton', reason="the first tests include tests/test_flash_sink.py's, which needs triton")
+    log = open(os.path.join(ROOT, 'docs', 'results', 'h200-2026-11-26', 'tests_gpu.log')).read()
+    failed = re.findall(r'^FAILED (\S+?)(?:\[.*?\])?(?: - .*)?$', log, re.M)
+    assert len(failed) == 7 and {f for f in failed} <= set(gpu_queue.FIRST_TESTS)
+    r = subprocess.run([sys.executable, '-m', 'pytest', '--collect-only', '-q', '-m', 'gpu', *gpu_queue.FIRST_TESTS],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert re.search(r'^7 tests collected', r.stdout, re.M), r.stdout[-500:]
+
+
+def test_a_rows_item_over_three_calls_cut_stopped_then_complete(bb, tmp_path):
+    """Call 1 is cut by its deadline, call 2 stops its training job after one step, call 3 finishes the row,
+    analyses and quantises it; every call leaves status.json, the third the complete pack; a fourth does nothing."""
+    work = tmp_path / 'machine'
+    r = mini('vanilla_60m', tmp_path / 'o1', work, bb, '0.4')   # 24 s: the step gets 4 s before the deadline's margin
+    assert r.returncode == 0, r.stderr[-2000:]
+    s1 = status(tmp_path / 'o1')
+    assert s1['complete'] is False and s1['calls'][-1]['outcome'] == 'unfinished'
+    assert s1['steps']['reproduce gpt2_60m_vanilla']['rc'] is None          # stopped at the deadline
+    r = mini('vanilla_60m', tmp_path / 'o2', work, bb, '3', '--job_minutes', '1e-6')
+    assert r.returncode == 0, r.stderr[-2000:]
+    s2 = status(tmp_path / 'o2')
+    row = s2['rows']['table2-gpt2_60m_vanilla']
+    assert (row['state'], row['analysis'], s2['complete']) == ('stopped', False, False)
+    with tarfile.open(tmp_path / 'o2' / 'table2-gpt2_60m_vanilla.tar.gz') as t:
+        names = t.getnames()
+    assert 'table2-gpt2_60m_vanilla/log.jsonl' in names and not any(n.endswith('.pt') for n in names)
+    r = mini('vanilla_60m', tmp_path / 'o3', work, bb)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s3 = status(tmp_path / 'o3')
+    assert s3['complete'] and [c['call'] for c in s3['calls']] == [1, 2, 3]
+    assert s3['rows']['table2-gpt2_60m_vanilla'] | {'tokens_per_s': None} == {
+        'state': 'finished', 'iter': 4, 'max_iters': 4, 'tokens_per_s': None, 'analysis': True, 'quant': True}
+    files = os.listdir(tmp_path / 'o3')
+    assert len(files) <= gpu_queue.OUT_FILES and 'status.json' in files
+    with tarfile.open(tmp_path / 'o3' / 'table2-gpt2_60m_vanilla.tar.gz') as t:
+        names = set(t.getnames())
+        analysis = json.load(t.extractfile('table2-gpt2_60m_vanilla/analysis.json'))
+    assert {f'table2-gpt2_60m_vanilla/{f}' for f in ('analysis.json', 'quant.json', 'log.jsonl', 'table2.md',
+                                                     'table3.md', 'config.json')} <= names
+    assert analysis['ppl'] > 1
+    r = mini('vanilla_60m', tmp_path / 'o4', work, bb)   # nothing left to do: no step runs, the same results
+    s4 = status(tmp_path / 'o4')
+    assert r.returncode == 0 and s4['complete'] and s4['steps'] == s3['steps'] and s4['rows'] == s3['rows']
+    # unpack: the packs become run folders for reproduce.py --render, the rest lands beside them; never twice
+    into = tmp_path / 'docs' / 'results' / 'x'
+    r = queue('unpack', str(tmp_path / 'o3'), '--into', str(into), '--work', str(tmp_path / 'here'))
+    assert r.returncode == 0, r.stderr
+    assert (into / 'vanilla_60m.status.json').is_file() and (into / 'table2_trajectories.png').is_file()
+    assert (into / 'runs' / 'table2-gpt2_60m_vanilla' / 'analysis.json').is_file()
+    assert (tmp_path / 'here' / 'out' / 'reproduce' / 'gpu' / 'runs' / 'table2-gpt2_60m_vanilla' / 'quant.json').is_file()
+    r = queue('unpack', str(tmp_path / 'o3'), '--into', str(into), '--work', str(tmp_path / 'here'))
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'exists' in r.stderr
+
+
+def test_the_gpu_tests_item_runs_the_first_tests_then_the_suite(bb, tmp_path):
+    pytest.importorskip('triton', reason="its first test is tests/test_flash_sink.py's, which needs triton")
+    r = mini('gpu_tests', tmp_path / 'o', tmp_path / 'machine', bb)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = status(tmp_path / 'o')
+    assert s['complete'] and s['steps']['tests_first']['rc'] == 0 and s['steps']['tests']['rc'] == 0
+    assert '1 passed' in open(tmp_path / 'o' / 'tests_first.log').read()
+    assert sorted(os.listdir(tmp_path / 'o')) == ['status.json', 'tests.log', 'tests.xml', 'tests_first.log',
+                                                  'tests_first.xml']
+
+
+def test_the_bench_item_measures_two_rows_side_by_side(bb, tmp_path):
+    r = mini('bench', tmp_path / 'o', tmp_path / 'machine', bb, '4')
+    assert r.returncode == 0, r.stderr[-2000:]
+    sbs = json.load(open(tmp_path / 'o' / 'side_by_side.json'))
+    for v in ('vanilla', 's1oa'):
+        assert sbs['alone'][v] > 0 and sbs['together'][v] > 0
+        assert sbs['ratio'][v] == pytest.approx(sbs['together'][v] / sbs['alone'][v])
+    assert json.load(open(tmp_path / 'o' / 'bench.json'))['attention']
+
+
+@pytest.mark.parametrize('args, message', [
+    (['run', 'nope', '--out', '{tmp}/o', '--minutes', '3'], "no queue item 'nope'"),
+    (['run', 'vanilla_60m', '--out', '{tmp}/o', '--minutes', '11', '--mini'], '<= 10'),
+    (['run', 'vanilla_60m', '--out', '{tmp}/o', '--minutes', 'nan', '--mini'], '<= 10'),
+    (['run', 'vanilla_60m', '--out', '{tmp}/file', '--minutes', '3', '--mini'], 'is a file'),
+    (['run', 'vanilla_60m', '--out', '{tmp}/full', '--minutes', '3', '--mini'], 'did not write'),
+    (['run', 'vanilla_60m', '--out', '{tmp}/w/out', '--minutes', '3', '--mini', '--work', '{tmp}/w'], 'keeps its state'),
+    (['run', 'vanilla_60m', '--out', '{tmp}/o', '--minutes', '3'], 'no CUDA GPU here'),
+    (['unpack', '{tmp}/empty', '--into', '{tmp}/into'], 'holds no status.json'),
+])
+def test_bad_input_is_one_line(args, message, tmp_path):
+    (tmp_path / 'file').write_text('x')
+    (tmp_path / 'full').mkdir()
+    (tmp_path / 'full' / 'mine.txt').write_text('keep')
+    (tmp_path / 'empty').mkdir()
+    r = queue(*[a.format(tmp=tmp_path) for a in args])
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and message in r.stderr, r.stderr
+    assert (tmp_path / 'full' / 'mine.txt').read_text() == 'keep'
+
+
+def test_the_queue_file_lists_every_item_in_order_with_its_command():
+    doc = open(os.path.join(ROOT, 'docs', 'gpu-queue.md')).read()
+    listed = re.findall(r'python tools/gpu_queue\.py run ([a-z0-9_]+) --out "\$OUT" --minutes', doc)
+    assert list(dict.fromkeys(listed)) == [i.name for i in gpu_queue.ITEMS]
+    out = queue('next').stdout
+    assert 'carry=["data/corpus-archive.jsonl.xz", "data/corpus_cache/gpt2.tiktoken"]' in out or 'every item' in out
