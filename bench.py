@@ -58,7 +58,7 @@ from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
 from devices import peak_flops
 from bench_report import attn_key, derive, report, spread, unreliable
-from fileio import check_output, write_json
+from fileio import check_output, disk_full, disk_full_text, write_json
 from optimizers import configure_optimizer
 from train_config import DEFAULTS
 
@@ -487,8 +487,14 @@ def main(argv=None):
         res['load_avg'] = [load_start, os.getloadavg()[0]]
         res['unreliable'] = unreliable(res, busy)
         if args.json:
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-            write_json(args.json, res, indent=1)
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+                write_json(args.json, res, indent=1)
+            except OSError as e:
+                if not disk_full(e):
+                    raise
+                sys.exit(f"bench.py: error: {disk_full_text(args.json)} (what an earlier section wrote into it is "
+                         f"kept)")
     if 'tune' in sections and device.type != 'cuda':
         parser.error("--sections=tune times the Triton kernel's tile shapes: it needs CUDA")
     if 'tune' in sections:

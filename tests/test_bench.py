@@ -103,3 +103,22 @@ def test_scattered_ratios_and_a_busy_machine_are_reported_unreliable():
     assert reasons[0] == 'busy' and len(reasons) == 3
     assert 'softmax1_over_softmax: spread 25%' in reasons[1] and 'train tiny 1x8x64: spread 50%' in reasons[2]
     assert bench_report.fmt_ratio(1.5, 0.2).endswith('?') and not bench_report.fmt_ratio(1.5, 0.05).endswith('?')
+
+
+def test_a_full_disk_during_the_benchmark_is_one_line_and_keeps_the_last_write(tmp_path, monkeypatch):
+    """Issue 36: a disk that fills between two sections: the first section's json stays whole, the error is one line."""
+    import errno
+    import bench
+    out, writes = tmp_path / 'b.json', []
+
+    def write_json(path, obj, indent=2):
+        if writes:
+            raise OSError(errno.ENOSPC, 'No space left on device')
+        writes.append(path)
+        out.write_text(json.dumps(obj))
+    monkeypatch.setattr(bench, 'write_json', write_json)
+    with pytest.raises(SystemExit) as e:
+        bench.main(['--quick', '--device=cpu', '--repeats=1', '--sections=optim,train', '--grad_accum=1',
+                    f'--json={out}'])
+    assert str(e.value).startswith(f"bench.py: error: the disk holding {tmp_path} is full (writing {out} failed)")
+    assert '\n' not in str(e.value) and json.loads(out.read_text())['optimizer']   # the optim section, whole
