@@ -219,10 +219,15 @@ def prepare_locked(out: Path, tok: Tokenizer, args: dict, source: str, descripti
                                     for k in sorted(set(previous) | set(args)) if previous.get(k) != args.get(k))
                 raise PrepareError(f"{out} holds data prepared with other arguments ({changed}); "
                                    "pass --force to overwrite it or choose another --out_dir")
+    if not meta_path.exists() and not progress_path.exists():   # no record of a preparation: not ours to replace
+        theirs = [n for n in ("train.bin", "val.bin") if (out / n).exists()]
+        if theirs:
+            raise PrepareError(f"{out} holds {' and '.join(theirs)} but no meta.json or .progress.json of a "
+                               f"preparation (not written by prepare_c4.py): move them away or choose another --out_dir")
     if force or progress.get("args") != args:
         progress = {"args": args, "splits": {}}
+    write_json(progress_path, progress)   # the record first: a run killed after it resumes, never finds files of no one
     meta_path.unlink(missing_ok=True)  # from here on the folder is "not prepared" until meta.json is back
-    write_json(progress_path, progress)
 
     itemsize = np.dtype(tok.dtype).itemsize
     for split in ("val", "train"):  # val first: it is short and exercises the whole pipeline

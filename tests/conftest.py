@@ -65,7 +65,7 @@ def gpt2_ranks_path(tmp_path_factory):
     from tokenizer import gpt2_ranks_file
     local = gpt2_ranks_file()
     if local is not None:
-        return local
+        return os.path.abspath(local)   # a test that changes its working directory still finds it
     try:
         return str(pinned_corpus.gpt2_ranks(tmp_path_factory.mktemp('gpt2_ranks')))
     except pinned_corpus.CorpusError as e:

@@ -77,10 +77,8 @@ def test_fetch_into_a_read_only_cache_says_so_and_leaves_nothing(tmp_path, monke
     assert list(cache.iterdir()) == []
 
 
-def test_gpt2_ranks_are_found_from_another_working_directory(tmp_path, monkeypatch):
-    ranks = os.environ.get("GPT2_TIKTOKEN")                                         # case 14, and sample.py's
-    if not ranks:
-        pytest.skip("needs GPT-2's ranks: export GPT2_TIKTOKEN=.../gpt2.tiktoken")
+def test_gpt2_ranks_are_found_from_another_working_directory(tmp_path, monkeypatch, gpt2_ranks):
+    ranks = os.environ["GPT2_TIKTOKEN"]                                             # case 14, and sample.py's
     repo = tmp_path / "clone"
     (repo / "data" / "corpus_cache").mkdir(parents=True)
     shutil.copy(ranks, repo / "data" / "corpus_cache" / "gpt2.tiktoken")
@@ -104,8 +102,9 @@ def test_a_cli_without_gpt2s_ranks_is_one_line(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def pinned(tmp_path, monkeypatch):
-    """A two-source manifest with its subsets recorded, its artifacts in tmp_path (CORPUS_CACHE)."""
+def pinned(tmp_path, monkeypatch, gpt2_ranks):
+    """A two-source manifest with its subsets recorded, its artifacts in tmp_path (CORPUS_CACHE); GPT-2's ranks by
+    $GPT2_TIKTOKEN (tests/conftest.py)."""
     manifest = two_sources(tmp_path)
     docs = pinned_corpus.documents("full", tmp_path, manifest)
     enc = tokenizer.load_tokenizer("gpt2")

@@ -603,3 +603,15 @@ def test_analyze_and_eval_quant_report_wikitext2_perplexity(wikitext, tmp_path, 
     other = runs.LoadedModel("org/model", model, "hf", None, 16, 300, {})
     assert measure.prepare_command(other, meta, str(data)).startswith(
         f"python prepare_c4.py --source wikitext2 --wikitext_dir {wikitext} --tokenizer hf:org/model --out_dir {data}_")
+
+
+@pytest.mark.parametrize('force', [False, True])
+def test_a_folder_of_someone_elses_token_files_is_not_overwritten(tmp_path, force):
+    """Issue 36's rule, for prepare_c4.py: train.bin / val.bin with no meta.json or .progress.json of a preparation
+    are not ours, --force or not: one line, and the files stay."""
+    out = tmp_path / 'mine'
+    out.mkdir()
+    (out / 'train.bin').write_bytes(b'my tokens')
+    with pytest.raises(dataset.PrepareError, match=r"holds train\.bin but no meta\.json or \.progress\.json"):
+        dataset.prepare_bigram_backcopy(out, vocab=32, triggers=3, doc_len=40, train_docs=30, val_docs=7, force=force)
+    assert (out / 'train.bin').read_bytes() == b'my tokens' and sorted(p.name for p in out.iterdir()) == ['train.bin']
