@@ -53,7 +53,13 @@ def train_events(out):
     path = os.path.join(out, 'log.jsonl')
     if not os.path.exists(path):
         return []
-    return [e for e in map(json.loads, open(path).read().splitlines()) if e['event'] == 'train']
+    events = []
+    for line in open(path).read().split('\n')[:-1]:   # the last, unterminated line may be half written right now
+        try:
+            events.append(json.loads(line))
+        except ValueError:   # a line a SIGKILL cut short (train.py's readers skip it too)
+            continue
+    return [e for e in events if e['event'] == 'train']
 
 
 def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(bigram_data, tmp_path):
