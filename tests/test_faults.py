@@ -20,6 +20,7 @@ import train
 from conftest import ROOT, write_dataset
 from test_train import config
 import runs
+from runs import log_events
 
 TINY = os.path.join(ROOT, 'config', 'tiny_cpu.py')
 SMALL = ['--n_layer=2', '--n_embd=32', '--n_head=2', '--block_size=32', '--batch_size=4', '--eval_tokens=256',
@@ -50,16 +51,9 @@ def snapshot(folder):
 
 
 def train_events(out):
+    """The 'train' lines of out's log.jsonl so far; runs.log_events skips the line being written (or cut by a kill)."""
     path = os.path.join(out, 'log.jsonl')
-    if not os.path.exists(path):
-        return []
-    events = []
-    for line in open(path).read().split('\n')[:-1]:   # the last, unterminated line may be half written right now
-        try:
-            events.append(json.loads(line))
-        except ValueError:   # a line a SIGKILL cut short (train.py's readers skip it too)
-            continue
-    return [e for e in events if e['event'] == 'train']
+    return [e for e in log_events(path) if e['event'] == 'train'] if os.path.exists(path) else []
 
 
 def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(bigram_data, tmp_path):
