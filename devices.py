@@ -1,8 +1,11 @@
 """Devices and ranks: which --device works here (device_problem, choose_device), torchrun's process group
 (setup_distributed), how the ranks share an iteration (rank_share) and agree (agree, all_reduce, any_rank), and
 the peak FLOP/s used for MFU."""
+import datetime
+import gc
 import os
 import re
+import sys
 
 import torch
 import torch.distributed as dist
@@ -58,6 +61,9 @@ def setup_distributed(cfg):
         if cfg['device'].startswith('cuda'):
             cfg['device'] = f'cuda:{local_rank}'
             torch.cuda.set_device(cfg['device'])
+        # before the group exists: torch.distributed.nn's functions take group=group.WORLD as a default argument, so
+        # imported later (torch.compile does, through dynamo) they would hold the default group to the end (teardown)
+        import torch.distributed.nn  # noqa: F401
         dist.init_process_group(backend='nccl' if cfg['device'].startswith('cuda') else 'gloo')
     else:
         rank, local_rank, world = 0, 0, 1
@@ -65,6 +71,67 @@ def setup_distributed(cfg):
     if cfg['dtype'] == 'auto':
         cfg['dtype'] = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
     return rank, local_rank, world, cfg['device'], device_type
+
+
+def teardown():
+    """Destroy the process groups and end their threads before the interpreter exits. destroy_process_group only
+    unregisters a gloo group: its C++ object, with two worker threads (pt_gloo_runloop) and a TCP loop thread
+    (gloo_tcp_loop), lives on while anything holds it, and the finished run's device mesh does (DTensor's sharding
+    caches keep the mesh, the mesh keeps its groups). Those threads then ran into interpreter finalisation, where a
+    worker that releases the last reference to a finished collective's tensor must take the GIL; a finalising
+    interpreter ends such a thread, inside C++ code that may not be unwound, and the process aborted with "terminate
+    called without an active exception" (exit -6) after a successful run, when load delayed the worker. Here the
+    groups lose their last holders and their destructors join the threads while Python is alive
+    (tests/test_fsdp.py::test_no_thread_of_the_process_groups_outlives_main)."""
+    if not dist.is_initialized():
+        return
+    gc.collect()   # the finished run's model and optimizer (reference cycles)
+    dist.destroy_process_group()
+    if 'torch.distributed.device_mesh' in sys.modules:   # meshes that DTensor's caches keep hold their groups
+        from torch.distributed.device_mesh import DeviceMesh
+        for mesh in [o for o in gc.get_objects() if issubclass(type(o), DeviceMesh)]:   # type(): no __class__ lookup
+            mesh._pg_registry.clear()
+    gc.collect()   # the groups themselves: their destructors join the worker threads
+
+
+ERROR_WAIT_S = 30   # how long a rank other than 0 waits for rank 0's error line before printing its own
+ERROR_KEY = 'train.py: rank 0 printed the error'
+
+
+def report_error(text):
+    """Print `error: <text>` once for the whole run. Under torchrun the ranks usually fail together (agree, or a
+    collective such as a sharded load that fails on every rank), and torchrun stops every other rank as soon as the
+    first one exits: rank 1 exiting first could cut rank 0's line off. So rank 0 prints and then marks it in the
+    launch's store, and every other rank waits for that mark before it exits; a rank that sees no mark within
+    ERROR_WAIT_S (its failure was its own, or rank 0 is gone) prints its line itself, named by its rank."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        if int(os.environ.get('RANK', 0)) == 0:
+            print(f"error: {text}", file=sys.stderr, flush=True)
+        return
+    store = dist.distributed_c10d._get_default_store()
+    if dist.get_rank() == 0:
+        print(f"error: {text}", file=sys.stderr, flush=True)
+        store.set(ERROR_KEY, '1')
+        return
+    try:
+        store.wait([ERROR_KEY], datetime.timedelta(seconds=ERROR_WAIT_S))
+    except (RuntimeError, dist.DistError):   # no mark in time, or the store is gone with the agent
+        print(f"error: rank {dist.get_rank()}: {text}", file=sys.stderr, flush=True)
+
+
+def lost_peer(e):
+    """Whether an exception is a collective's failure because another rank is gone (gloo: 'Connection closed by
+    peer', 'Connection reset by peer'; torch's distributed errors)."""
+    return dist.is_initialized() and (isinstance(e, dist.DistError) or 'third_party/gloo' in str(e)
+                                      or 'NCCL' in str(e))
+
+
+def lost_peer_text(e, cfg):
+    detail = ' '.join(str(e).split()).split('] ', 1)[-1]   # gloo's own words, without its source path
+    detail = detail.split('. ', 1)[0][:160]
+    return (f"rank {dist.get_rank()} lost contact with another rank ({detail}): a rank stopped or was killed (torchrun's "
+            f"summary below names it); the last checkpoint in {cfg.get('out_dir')} is kept: continue with torchrun ... "
+            f"--init_from=resume")
 
 
 def agree(error):

@@ -36,7 +36,8 @@ import fsdp
 import measure
 import provenance
 from configurator import ConfigError, describe, load_config, save_config
-from devices import agree, all_reduce, any_rank, device_problem, peak_flops, rank_share, setup_distributed
+from devices import (agree, all_reduce, any_rank, device_problem, lost_peer, lost_peer_text, peak_flops, rank_share,
+                     report_error, setup_distributed, teardown)
 from fileio import disk_full, disk_full_text, duration
 from model import GPT, GPTConfig
 from optimizers import configure_optimizer, get_lr, set_hyperparameters, set_lr
@@ -666,21 +667,25 @@ def usage():
 
 
 def main(argv):
-    master = int(os.environ.get('RANK', 0)) == 0   # errors are printed once, by rank 0; every rank exits 2
+    master = int(os.environ.get('RANK', 0)) == 0   # errors are printed once (devices.report_error); every rank exits 2
     if any(a in ('-h', '--help') for a in argv):
         if master:
             print(usage())
         return 0
+    cfg = {}
     try:
         cfg = load_config(DEFAULTS, argv, CHOICES, RANGES)
         result = train(cfg)
     except (ConfigError, TrainingError) as e:
-        if master:
-            print(f"error: {e}", file=sys.stderr)
+        report_error(e)
+        return 2
+    except RuntimeError as e:
+        if not lost_peer(e):
+            raise
+        report_error(lost_peer_text(e, cfg))
         return 2
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        teardown()
     if 'val_ppl' in result and master:
         print(f"done: val ppl {ppl_text(result['val_ppl'])} at iteration {result['iter']} | checkpoint {result['ckpt']}")
     return 0

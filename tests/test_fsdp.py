@@ -308,3 +308,80 @@ def test_reproduce_uses_fsdp_for_the_1p4b_rows_on_several_gpus(tmp_path):
     assert all(('--fsdp=True' in line) == ('gpt2_1.4b' in line) for line in trains)
     r = run_cli('reproduce.py', 'table2', '--rows', 'gpt2_1.4b', '--dry_run', '--out', str(tmp_path))
     assert r.returncode == 0 and '--fsdp=True' not in r.stdout   # one process: nothing to shard
+
+
+# train.main under torchrun, then what a rank's process still holds: the names of its native threads
+EXIT_PROBE = '''import os, sys
+sys.path.insert(0, {root!r})
+import train
+code = train.main(sys.argv[1:])
+left = sorted(open('/proc/self/task/%s/comm' % t).read().strip() for t in os.listdir('/proc/self/task'))
+print('rank', os.environ['RANK'], 'threads after main:', ' '.join(left), flush=True)
+sys.exit(code)
+'''
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc/self/task'), reason='reads the threads of the process from /proc (Linux)')
+def test_no_thread_of_the_process_groups_outlives_main(bigram_data, tmp_path):
+    """The abort after a successful fsdp run ('terminate called without an active exception', exit -6, under load):
+    destroy_process_group left gloo's group alive, held by the finished run's device mesh (which DTensor's caches keep),
+    so its worker threads (pt_gloo_runloop) and TCP loop (gloo_tcp_loop) ran into interpreter finalisation, where a
+    worker releasing a finished collective's tensor needs the GIL and is ended mid-C++. devices.teardown joins them
+    before main returns: no gloo thread may be left (before the fix: three on every rank, every time)."""
+    script = tmp_path / 'probe.py'
+    script.write_text(EXIT_PROBE.format(root=ROOT))
+    r = ranks(2, str(script), *tiny(bigram_data, str(tmp_path / 'run'), '--fsdp=True'))
+    lines = [x for x in r.stdout.splitlines() if 'threads after main:' in x]
+    assert len(lines) == 2 and 'done: val ppl' in r.stdout, r.stdout[-2000:]
+    assert not any('gloo' in x for x in lines), lines
+
+
+# rank 1 killed (SIGKILL) in the middle of training; rank 0 blocks torchrun's SIGTERM so that it always meets the
+# lost peer in its next collective (otherwise whether it is stopped first or sees the lost peer first is a race)
+KILL_RANK_1 = '''import os, signal, sys
+sys.path.insert(0, {root!r})
+import train
+if os.environ['RANK'] == '0':
+    signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})
+step = train.optimisation_step
+def killing_step(r, *args):
+    if r.iter_num == 3 and os.environ['RANK'] == '1':
+        os.kill(os.getpid(), signal.SIGKILL)
+    return step(r, *args)
+train.optimisation_step = killing_step
+sys.exit(train.main(sys.argv[1:]))
+'''
+
+# every rank fails at the same step; rank 0 is slow to report it, so rank 1 would exit first
+FAIL_EVERYWHERE = '''import os, sys, time
+sys.path.insert(0, {root!r})
+import train
+from train_config import TrainingError
+report = train.report_error
+def slow_report(text):
+    if os.environ['RANK'] == '0':
+        time.sleep(3)
+    report(text)
+train.report_error = slow_report
+def failing_step(r, *args):
+    raise TrainingError('injected failure at iteration %d' % r.iter_num)
+train.optimisation_step = failing_step
+sys.exit(train.main(sys.argv[1:]))
+'''
+
+
+def test_a_killed_rank_and_a_failure_on_every_rank_are_one_line(bigram_data, tmp_path):
+    """A rank killed mid-training: the survivor's collective fails with gloo's 'Connection reset/closed by peer',
+    which is one line naming the lost contact and how to continue (it was a traceback). Every rank failing at once
+    with rank 0 slower to print: rank 1 waits for rank 0's line (devices.report_error) instead of exiting first and
+    having torchrun stop rank 0 before it printed."""
+    for name, script, words in (('killed', KILL_RANK_1, ('lost contact', '--init_from=resume')),
+                                ('everywhere', FAIL_EVERYWHERE, ('injected failure at iteration 0',))):
+        path = tmp_path / f'{name}.py'
+        path.write_text(script.format(root=ROOT))
+        r = run_cli(*TORCHRUN, '--nproc_per_node=2', str(path),
+                    *tiny(bigram_data, str(tmp_path / name), '--fsdp=True', '--max_iters=8', '--eval_interval=100'))
+        ranks_said = r.stderr.split('failed (exitcode: ')[0]   # before torchrun's own summary (and its traceback)
+        lines = [x for x in r.stderr.splitlines() if x.startswith('error: ')]
+        assert r.returncode != 0 and len(lines) == 1 and 'Traceback' not in ranks_said, r.stderr[-4000:]
+        assert all(w in lines[0] for w in words), lines[0]
