@@ -35,9 +35,11 @@ Conventions (all metrics on the hidden state after each block's residual additio
                most-attended real key is key 0 (ties go to key 0), among the pairs whose row has some mass: a row of
                zeros (softpick, clipped softmax can give one) has no most-attended key and is left out (per layer:
                the layer's such pairs; per head: the head's, NaN if it has none).
-  first_attn_mass    mean over (query > 0, head) of the attention probability on key 0.
+  first_attn_mass    mean over (query > 0, head) of the attention probability on key 0 (sigmoid, relu: the weight
+               as it is, not a probability; relu's can exceed 1).
   attn_nowhere       mean over (query > 0, head) of max(0, 1 - row sum): softmax-1's mass that went nowhere
-               (0 for softmax; attn_bias, sink_token: the mass on the sink; an empty row counts 1).
+               (0 for softmax; attn_bias, sink_token: the mass on the sink; an empty row counts 1; a row summing
+               to more than 1, which sigmoid and relu can give, counts 0).
   attn_empty         fraction of (query > 0, head) pairs whose row has no mass at all (0 for softmax, softmax-1, gated).
   sink_rate    the attention-sink metric of Gu et al. (2024, "When Attention Sink Emerges"): per document, layer
                and head, alpha = the mean over every query t = 0..T-1 of the document (query 0 included, as in

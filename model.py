@@ -9,9 +9,9 @@
 
 Attention (attention.py) is softmax or the paper's softmax-1, exp(x_i) / (1 + sum_j exp(x_j)), and, to
 compare them with other published fixes on equal terms: clipped softmax and gated attention (Bondarenko
-et al., 2023), sigmoid attention (Ramapuram et al., 2024), softpick (Zuhri et al., 2025), a learnt attention
-bias key/value per head (attn_bias, Sun et al., 2024) and a learnt sink token prepended to every window
-(sink_token). The training path runs fused kernels wherever the formula allows (softmax-1 and attn_bias
+et al., 2023), sigmoid attention (Ramapuram et al., 2024), softpick (Zuhri et al., 2025), ReLU attention (Guo et
+al., 2024), a learnt attention bias key/value per head (attn_bias, Sun et al., 2024) and a learnt sink token
+prepended to every window (sink_token). The training path runs fused kernels wherever the formula allows (softmax-1 and attn_bias
 included: the kernel's output and log-sum-exp give them exactly, see attention.py); attention.EAGER are eager.
 
 The analysis path (analysis=True) recomputes attention eagerly and returns, per layer, the hidden
@@ -36,7 +36,7 @@ from attention import attention, attention_probs
 # The values of GPTConfig's choice fields, listed once: train.py's validation and --help, the tests (which ask each
 # value for its reference formula) and the docs' checks read them. A new variant is its name here and its code.
 CHOICES = {
-    'attn': ('softmax', 'softmax1', 'clipped', 'gated', 'sigmoid', 'softpick'),   # attention.py (EAGER: not fused)
+    'attn': ('softmax', 'softmax1', 'clipped', 'gated', 'sigmoid', 'softpick', 'relu'),   # attention.py (EAGER: eager)
     'norm': ('layernorm', 'rmsnorm', 'rmsnorm_single'),               # RMSNorm-M, RMSNorm-S (one scalar scale)
     'pos_emb': ('absolute', 'rotary', 'none'),                        # a learnt table, rotary, none
     'mlp': ('gelu', 'gelu_tanh', 'swiglu'),                           # exact, GPT-2's tanh approximation, Llama-2's

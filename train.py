@@ -1,5 +1,5 @@
 """Train a GPT-2 / Llama-2 style model: softmax, softmax-1 or another attention fix (clipped, gated, sigmoid, softpick,
-attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
+ReLU, attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
 
     python train.py config/tiny_cpu.py                        # CPU, under a minute
     python train.py config/gpt2_130m.py --attn=softmax1 --optimizer=orthoadam
