@@ -39,7 +39,7 @@ CHOICES = {
     'attn': ('softmax', 'softmax1', 'clipped', 'gated', 'sigmoid', 'softpick', 'relu'),   # attention.py (EAGER: eager)
     'norm': ('layernorm', 'rmsnorm', 'rmsnorm_single'),               # RMSNorm-M, RMSNorm-S (one scalar scale)
     'pos_emb': ('absolute', 'rotary', 'none'),                        # a learnt table, rotary, none
-    'mlp': ('gelu', 'gelu_tanh', 'swiglu'),                           # exact, GPT-2's tanh approximation, Llama-2's
+    'mlp': ('gelu', 'gelu_tanh', 'swiglu', 'relu'),                   # exact, GPT-2's tanh approximation, Llama-2's, ReLU
 }
 
 
@@ -64,7 +64,7 @@ class GPTConfig:
     sink_token: bool = False      # a learnt embedding prepended at position 0 of every window
     # fields a public model may need (GPT.from_hf); the defaults are this codebase's own models
     n_kv_head: int = 0            # key/value heads (grouped-query attention); 0 = n_head
-    mlp_hidden: int = 0           # MLP hidden size; 0 = 4 * n_embd (gelu), 8/3 * n_embd rounded up to 64 (swiglu)
+    mlp_hidden: int = 0           # MLP hidden size; 0 = 4 * n_embd (gelu, relu), 8/3 * n_embd rounded up to 64 (swiglu)
     rope_base: float = 10000.0    # rotary base (theta)
     norm_eps: float = 1e-5        # epsilon of LayerNorm / RMSNorm
     tie_embeddings: bool = True   # LM head shares the token embedding matrix
@@ -122,7 +122,7 @@ class GPTConfig:
 
     @property
     def hidden_size(self):
-        """MLP hidden size: mlp_hidden, else 4 C (GELU) or 8/3 C rounded up to 64 (SwiGLU, the same parameters)."""
+        """MLP hidden size: mlp_hidden, else 4 C (GELU, ReLU) or 8/3 C rounded up to 64 (SwiGLU, the same parameters)."""
         if self.mlp_hidden:
             return self.mlp_hidden
         return -(-(8 * self.n_embd // 3) // 64) * 64 if self.mlp == 'swiglu' else 4 * self.n_embd
@@ -221,7 +221,7 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.swiglu = config.mlp == 'swiglu'
+        self.swiglu, self.relu = config.mlp == 'swiglu', config.mlp == 'relu'
         self.gelu_approximate = 'tanh' if config.mlp == 'gelu_tanh' else 'none'
         hidden = config.hidden_size
         if self.swiglu:   # Llama-2: c_proj(silu(c_gate(x)) * c_fc(x))
@@ -233,6 +233,8 @@ class MLP(nn.Module):
     def forward(self, x):
         if self.swiglu:
             h = F.silu(self.c_gate(x)) * self.c_fc(x)
+        elif self.relu:   # Guo et al. (2024)'s MLP: c_proj(ReLU(c_fc(x))), no gate
+            h = F.relu(self.c_fc(x))
         else:
             h = F.gelu(self.c_fc(x), approximate=self.gelu_approximate)
         return self.dropout(self.c_proj(h))

@@ -282,6 +282,7 @@ MLPS = {
     'gelu': lambda x, lin: lin('c_proj', 0.5 * lin('c_fc', x) * (1 + torch.erf(lin('c_fc', x) / math.sqrt(2)))),
     'gelu_tanh': lambda x, lin: lin('c_proj', gelu_tanh(lin('c_fc', x))),
     'swiglu': lambda x, lin: lin('c_proj', lin('c_gate', x) * torch.sigmoid(lin('c_gate', x)) * lin('c_fc', x)),
+    'relu': lambda x, lin: lin('c_proj', lin('c_fc', x).clamp_min(0)),     # max(0, x W_fc + b) W_proj + b, no gate
 }
 
 
@@ -365,7 +366,7 @@ def test_position_encodings_against_formulas(pos_emb):
     assert (attn.double() - torch.softmax(s, -1)).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize('field,value', [('attn', 'softmax2'), ('norm', 'batchnorm'), ('pos_emb', 'alibi'), ('mlp', 'relu')])
+@pytest.mark.parametrize('field,value', [('attn', 'softmax2'), ('norm', 'batchnorm'), ('pos_emb', 'alibi'), ('mlp', 'geglu')])
 def test_invalid_choice_names_field_and_allowed_values(field, value):
     with pytest.raises(ValueError, match=rf"GPTConfig\.{field}=.*allowed: "):
         tiny(**{field: value})
