@@ -40,6 +40,7 @@ CHOICES = {
     'norm': ('layernorm', 'rmsnorm', 'rmsnorm_single'),               # RMSNorm-M, RMSNorm-S (one scalar scale)
     'pos_emb': ('absolute', 'rotary', 'none'),                        # a learnt table, rotary, none
     'mlp': ('gelu', 'gelu_tanh', 'swiglu', 'relu'),                   # exact, GPT-2's tanh approximation, Llama-2's, ReLU
+    'init': ('gpt2', 'torch'),                                        # GPT-2's N(0, 0.02) scheme, PyTorch's layer defaults
 }
 
 
@@ -52,10 +53,11 @@ class GPTConfig:
     vocab_size: int = 50257       # real vocabulary; the embedding is padded to a multiple of 64
     dropout: float = 0.0
     bias: bool = True             # biases in every Linear layer and in LayerNorm
-    attn: str = 'softmax'         # each of these four: one of CHOICES[its name]
+    attn: str = 'softmax'         # each of these five: one of CHOICES[its name]
     norm: str = 'layernorm'
     pos_emb: str = 'absolute'
     mlp: str = 'gelu'
+    init: str = 'gpt2'            # the initial weights (GPT.__init__)
     causal_free_prefix: int = 0   # first k tokens attend to each other without causal masking
     clip_gamma: float = -0.025    # attn='clipped': clip((zeta - gamma) softmax + gamma, 0, 1), gamma <= 0
     clip_zeta: float = 1.0        #   and zeta >= 1 (Bondarenko et al.'s BERT values; OPT: gamma = -12/T)
@@ -298,23 +300,36 @@ class GPT(nn.Module):
             cos, sin = rotary_tables(config.n_embd // config.n_head, positions, config.rope_base)
             self.register_buffer('rope_cos', cos, persistent=False)
             self.register_buffer('rope_sin', sin, persistent=False)
-        self.apply(self._init_weights)
+        self.apply(self._init_torch if config.init == 'torch' else self._init_weights)
+        std = 1.0 if config.init == 'torch' else 0.02   # the embeddings' (and so the sink's)
         for name, p in self.named_parameters():
-            if name.endswith('c_proj.weight'):    # GPT-2: residual projections scaled by 1/sqrt(2 n_layer)
+            if name.endswith('c_proj.weight') and config.init == 'gpt2':   # residual projections / sqrt(2 n_layer)
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
             elif name.endswith('c_gate.bias'):    # gates start at GATE_INIT
                 nn.init.constant_(p, math.log(GATE_INIT / (1 - GATE_INIT)))
             elif name == 'sink':                  # like a token embedding; attn_bias's key and value start at 0
-                nn.init.normal_(p, mean=0.0, std=0.02)
+                nn.init.normal_(p, mean=0.0, std=std)
 
     @staticmethod
     def _init_weights(module):
+        """init='gpt2': GPT-2's scheme, every Linear weight and embedding N(0, 0.02), biases 0 (the residual
+        projections are scaled after), norms weight 1 and bias 0 (as constructed)."""
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def _init_torch(self, module):
+        """init='torch': PyTorch's layer defaults, which Guo et al. (2024) train with: a Linear's weight and bias
+        U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (nn.Linear.reset_parameters), an embedding (token, position) N(0, 1), norms
+        weight 1 and bias 0. With tie_embeddings the shared matrix is the token embedding's, N(0, 1): the LM head is
+        left as the embedding made it (self.apply visits the embeddings first, the head last)."""
+        if isinstance(module, nn.Linear) and not (module is self.lm_head and self.config.tie_embeddings):
+            module.reset_parameters()
+        elif isinstance(module, nn.Embedding):
+            module.reset_parameters()   # N(0, 1)
 
     @classmethod
     def from_checkpoint(cls, path, device='cpu'):

@@ -246,6 +246,37 @@ def test_gpt2_initialisation_statistics():
         assert proj.bias.abs().max() == 0
 
 
+@pytest.mark.parametrize('tie', [True, False])
+def test_torch_initialisation_statistics(tie):
+    """init='torch', PyTorch's layer defaults: every Linear weight and bias in [-b, b], b = 1 / sqrt(fan_in), with
+    U(-b, b)'s standard deviation b / sqrt(3) and its largest |value| near b; the token and position embeddings (the
+    tied head too) and the sink token N(0, 1); norms weight 1, bias 0. Tolerances: 5 standard errors of the statistic
+    over the n values (a sample std: sigma / sqrt(2 n) for a normal, sigma / sqrt(5 n) for a uniform, whose fourth
+    moment is b^4 / 5; a mean: sigma / sqrt(n)); max |x| < b (1 - 20 / n) has probability (1 - 20 / n)^n < e^-20."""
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=1000, bias=True, sink_token=True,
+                    tie_embeddings=tie, init='torch')
+    torch.manual_seed(0)
+    m = GPT(cfg)
+    block = m.transformer.h[1]
+    uniform = [(block.attn.c_attn, 64), (block.attn.c_proj, 64), (block.mlp.c_fc, 64), (block.mlp.c_proj, 256)]
+    if not tie:
+        uniform.append((m.lm_head, 64))
+    for layer, fan_in in uniform:
+        b = 1 / math.sqrt(fan_in)
+        for p in [layer.weight] + ([layer.bias] if layer.bias is not None else []):
+            x, n = p.detach().double(), p.numel()
+            assert x.abs().max() <= b and x.abs().max() > b * (1 - 20 / n)
+            assert abs(x.std().item() - b / math.sqrt(3)) <= 5 * (b / math.sqrt(3)) / math.sqrt(5 * n)
+            assert abs(x.mean().item()) <= 5 * (b / math.sqrt(3)) / math.sqrt(n)
+    normal = [m.transformer.wte.weight, m.transformer.wpe.weight, m.sink] + ([m.lm_head.weight] if tie else [])
+    for p in normal:
+        x, n = p.detach().double(), p.numel()
+        assert abs(x.std().item() - 1) <= 5 / math.sqrt(2 * n) and abs(x.mean().item()) <= 5 / math.sqrt(n)
+    assert (m.lm_head.weight is m.transformer.wte.weight) == tie
+    for norm in (block.ln_1, block.ln_2, m.transformer.ln_f):
+        assert torch.equal(norm.weight, torch.ones(64)) and torch.equal(norm.bias, torch.zeros(64))
+
+
 def test_num_params_and_flops_match_hand_count():
     C, L, V, T = 16, 2, 64, 12   # vocab 50 is padded to 64
     m = GPT(tiny(bias=False, norm='rmsnorm_single'))
