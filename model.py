@@ -15,9 +15,9 @@ prepended to every window (sink_token). The training path runs fused kernels whe
 included: the kernel's output and log-sum-exp give them exactly, see attention.py); attention.EAGER are eager.
 
 The analysis path (analysis=True) recomputes attention eagerly and returns, per layer, the hidden
-state after the block's residual additions and the attention probabilities over the real tokens (for
-softmax-1 and attn_bias each row sums to < 1; the remainder went to the sink). With sink_token, the
-sink position is left out of 'hidden' and 'attn' and reported in trace['sink'].
+state after the block's residual additions, the attention probabilities and each head's value vectors over the
+real tokens (for softmax-1 and attn_bias each row sums to < 1; the remainder went to the sink). With sink_token,
+the sink position is left out of 'hidden', 'attn' and 'value' and reported in trace['sink'].
 
 An intervention (intervene.py): CausalSelfAttention.hide_first_key = True hides the first token's key (the first
 real token with sink_token) from every other query, through the eager probabilities, in either path.
@@ -210,6 +210,7 @@ class CausalSelfAttention(nn.Module):
             probs = attention_probs(q, k, self.config, sink, int(self.config.sink_token) if self.hide_first_key else None)
             if trace is not None:
                 trace['attn'].append(probs)
+                trace['value'].append(v)   # per query head (a key/value head repeated for its group)
             y = probs @ v.float()
             if sink is not None:   # the rest of each row's mass went to the bias value
                 y = y + (1 - probs.sum(-1, keepdim=True)) * self.bias_v.float()
@@ -409,8 +410,9 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None, analysis=False):
         """idx, targets: (B, T) int64; targets == -1 are ignored. Returns logits over the real vocabulary,
         the mean cross-entropy (None without targets) and, with analysis=True, a trace dict with
-        'hidden' (per layer (B, T, C) after the block) and 'attn' (per layer (B, H, T, T) probabilities),
-        both over the real tokens; with sink_token also 'sink': {'hidden': per layer (B, C) at the sink,
+        'hidden' (per layer (B, T, C) after the block), 'attn' (per layer (B, H, T, T) probabilities) and
+        'value' (per layer (B, H, T, d): each head's value vectors, W_v applied to the block's normalised input), all
+        over the real tokens; with sink_token also 'sink': {'hidden': per layer (B, C) at the sink,
         'attn': per layer (B, H, T) the probability each real query puts on the sink}."""
         B, T = idx.shape
         cfg = self.config
@@ -423,7 +425,7 @@ class GPT(nn.Module):
             x = x + self.transformer.wpe(torch.arange(x.size(1), device=idx.device))
         x = self.transformer.drop(x)
         rotary = (self.rope_cos, self.rope_sin) if cfg.pos_emb == 'rotary' else None
-        trace = {'hidden': [], 'attn': []} if analysis else None
+        trace = {'hidden': [], 'attn': [], 'value': []} if analysis else None
         if analysis and cfg.sink_token:
             trace['sink'] = {'hidden': [], 'attn': []}
         for block in self.transformer.h:
@@ -434,6 +436,7 @@ class GPT(nn.Module):
                 trace['sink']['attn'].append(probs[:, :, 1:, 0])
                 trace['sink']['hidden'].append(x[:, 0])
                 trace['hidden'].append(x[:, 1:])
+                trace['value'].append(trace['value'].pop()[:, :, 1:])
             elif analysis:
                 trace['hidden'].append(x)
         if cfg.sink_token:

@@ -128,14 +128,14 @@ def test_analysis_path_returns_what_training_path_computes(variant, prefix):
     assert (last - logits).abs().max() <= 1e-5
     stats = measure.Stats(cfg.n_layer, cfg.n_head)   # analyze.py's metrics of it: finite, shares within [0, 1]
     with torch.no_grad():
-        stats.update(trace['hidden'], trace['attn'], torch.ones(2, 12, dtype=torch.bool), trace.get('sink'))
+        stats.update(trace['hidden'], trace['attn'], torch.ones(2, 12, dtype=torch.bool), trace.get('sink'), trace['value'])
     result = stats.result()
-    for key in measure.ATTN_METRICS + ('sink_rate',):
-        assert 0 <= result[key] <= 1, (key, result[key])
-    assert all(math.isfinite(result[k]) for k in measure.HIDDEN_METRICS)
+    for key in measure.ATTN_METRICS + ('sink_rate',):   # shares and masses in [0, 1]; a row's sum need not be
+        assert 0 <= result[key] <= (math.inf if key == 'attn_row_sum' else 1), (key, result[key])
+    assert all(math.isfinite(result[k]) for k in measure.HIDDEN_METRICS + measure.VALUE_METRICS)
     rows = trace['attn'][1].sum(-1)
     if variant in ('softmax', 'gated'):
-        assert torch.allclose(rows, torch.ones_like(rows), atol=1e-6)
+        assert torch.allclose(rows, torch.ones_like(rows), atol=1e-6) and result['attn_row_sum'] == pytest.approx(1)
     elif variant in ('softmax1', 'attn_bias'):
         assert (rows < 1).all() and (rows > 0).all()
     elif variant == 'sink_token':   # real keys plus the sink make a softmax row
