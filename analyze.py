@@ -31,14 +31,32 @@ Conventions (all metrics on the hidden state after each block's residual additio
   norm_ratio   ||X_{m,l}||_inf / ||X_{m,l}||_2 per position, averaged like kurtosis.
   max_abs      per document: max_d |X_{m,0,d}| (first), max over d and all rest positions (rest);
                averaged over documents (a document of one token has no rest).
+  The extreme-token phenomena of Guo et al. (2024), per document, averaged over documents; a median is the middle
+  value, or the mean of the two middle ones for an even count:
+  resid_norm_first   ||X_{m,0}||_2, the first token's residual-state norm (in the hidden state's units).
+  resid_peak   the residual-state peak ||X_{m,0}||_2 / median_{t>0} ||X_{m,t}||_2 (documents with a rest).
+  max_over_median_first  max_d |X_{m,0,d}| / median_d |X_{m,0,d}|: the first token's largest channel over its
+               median channel (beside kurtosis_first: one channel standing out of the first token).
+  value_norm_first   per head, ||v_0||_2 of the first token's value vector v = W_v applied to the block's normalised
+               input (the head's value vector as its attention mixes it; ours only, null for Hugging Face models).
+  value_drain  per head, the value-state drain ||v_0||_2 / median_{t>0} ||v_t||_2 (documents with a rest; ours only);
+               value_drain_min: per layer the smallest over its heads (the most drained head).
   first_attn_argmax  fraction of (query, head) pairs, query > 0 (query 0 can only see itself), whose
                most-attended real key is key 0 (ties go to key 0), among the pairs whose row has some mass: a row of
                zeros (softpick, clipped softmax can give one) has no most-attended key and is left out (per layer:
                the layer's such pairs; per head: the head's, NaN if it has none).
-  first_attn_mass    mean over (query > 0, head) of the attention probability on key 0.
+  first_attn_mass    mean over (query > 0, head) of the attention probability on key 0 (sigmoid, relu: the weight
+               as it is, not a probability; relu's can exceed 1).
   attn_nowhere       mean over (query > 0, head) of max(0, 1 - row sum): softmax-1's mass that went nowhere
-               (0 for softmax; attn_bias, sink_token: the mass on the sink; an empty row counts 1).
+               (0 for softmax; attn_bias, sink_token: the mass on the sink; an empty row counts 1; a row summing
+               to more than 1, which sigmoid and relu can give, counts 0).
   attn_empty         fraction of (query > 0, head) pairs whose row has no mass at all (0 for softmax, softmax-1, gated).
+  attn_row_sum       mean over (query > 0, head) of the row sum as it is (1 for softmax; < 1 softmax-1; any size >= 0
+               for sigmoid and relu, whose rows above 1 attn_nowhere counts as 0: 1 - attn_row_sum is the signed
+               mean of 1 - row sum).
+  first_attn_mass_nontrigger  first_attn_mass over the queries > 0 whose token is not in the data's meta.json
+               "triggers" (a list of token ids, e.g. Bigram-Backcopy's trigger tokens: Guo et al.'s "attention on
+               <s> from non-trigger queries"); present only when meta.json names triggers.
   sink_rate    the attention-sink metric of Gu et al. (2024, "When Attention Sink Emerges"): per document, layer
                and head, alpha = the mean over every query t = 0..T-1 of the document (query 0 included, as in
                their formula) of the probability on key 0; sink_rate = the share of (document, layer, head)
@@ -50,7 +68,10 @@ Conventions (all metrics on the hidden state after each block's residual additio
                kurtosis and max |x| per layer), sink_attn_mass (mean over every real query and head of its
                probability on the sink), sink_attn_argmax (the fraction of those whose most-attended key is
                the sink, over the real keys too).
-  Summary numbers are E_m[...]: the unweighted mean of the per-layer values over the M layers.
+  Summary numbers are E_m[...]: the unweighted mean of the per-layer values over the M layers, except
+               resid_norm_first, resid_peak and max_over_median_first (the max over layers: where the peak is)
+               and value_drain_min (the min over layers, i.e. over every (layer, head)). Per layer, the per-head
+               metrics are the mean over heads.
   kurtosis_norm_ratio_corr_*: Pearson correlation across layers of the per-layer kurtosis and
                norm ratio (Table 9); null when undefined (one layer, or a constant curve).
   ppl          exp of the mean next-token NLL over every predicted position (t and t+1 in the document; for ours
@@ -65,11 +86,13 @@ created before any model runs):
   documents, positions, predicted_tokens, block_size, bos},
   ppl, kurtosis_first, kurtosis_rest, max_abs_first, max_abs_rest, norm_ratio_first, norm_ratio_rest,
   first_attn_argmax, first_attn_mass, attn_nowhere, attn_empty, sink_rate (fractions in [0, 1]), sink_eps (the threshold
-  sink_rate used), kurtosis_norm_ratio_corr_first, kurtosis_norm_ratio_corr_rest,
+  sink_rate used), attn_row_sum, kurtosis_norm_ratio_corr_first, kurtosis_norm_ratio_corr_rest,
+  resid_norm_first, resid_peak, max_over_median_first, value_norm_first, value_drain, value_drain_min,
+  first_attn_mass_nontrigger (data with "triggers" only),
   sink_kurtosis, sink_max_abs, sink_attn_mass, sink_attn_argmax (sink-token models only),
   per_layer {each metric above except ppl and the correlations: a list of M floats, layer 1 first},
-  per_head {first_attn_argmax, first_attn_mass, attn_nowhere, attn_empty, sink_rate (and sink_attn_*): M lists of H
-  floats}.
+  per_head {first_attn_argmax, first_attn_mass, attn_nowhere, attn_empty, attn_row_sum, sink_rate, value_norm_first,
+  value_drain (and first_attn_mass_nontrigger, sink_attn_*): M lists of H floats}.
   provenance (provenance.py: git commit, corpus manifest sha256, versions, device).
   max_abs is in the units of the hidden state; a NaN is written as null; model and data.dir are relative to the
   working directory (no absolute path).

@@ -16,6 +16,8 @@ Variants (GPTConfig.attn, GPTConfig.attn_bias):
   clipped    clip((zeta - gamma) softmax(s) + gamma, 0, 1) (Bondarenko et al., 2023): eager, T x T.
   sigmoid    sigmoid(s + b) without normalisation (Ramapuram et al., 2024): eager, T x T.
   softpick   ReLU(exp(s_i) - 1) / (sum_j |exp(s_j) - 1| + eps) (Zuhri et al., 2025): eager, T x T (softpick()).
+  relu       ReLU(s_ij) / i, i the query's 1-based position (Guo et al., 2024): not normalised, a row may sum to
+             anything >= 0; eager, T x T.
 Every variant is causal; the first `causal_free_prefix` tokens also see each other.
 
 The sink route. Softmax over the real keys plus one key of logit c (per query) and value u equals
@@ -52,7 +54,7 @@ def attention_mask(T, prefix, device, S=None):
 
 # The variants no fused kernel computes: their training path builds the T x T probabilities (attention_probs), which
 # costs more time and memory (reproduce.py's time estimate reads this). Every other variant is fused.
-EAGER = ('clipped', 'sigmoid', 'softpick')
+EAGER = ('clipped', 'sigmoid', 'softpick', 'relu')
 
 
 def sigmoid_bias(config):
@@ -136,8 +138,8 @@ def sink_logit(q, key):
 def attention_probs(q, k, config, sink=None, hide_first=None):
     """Eager attention probabilities (B, H, T, S) over the real keys, fp32; S = T, or S > T for the last T queries
     of S positions (decoding with a KV cache). Softmax-1 and attn_bias (sink = its (key, value)) rows sum to < 1,
-    the rest going to the sink; sigmoid and clipped rows need not sum to 1. hide_first: the position of the first
-    token, whose key no other query may see (intervene.py), or None."""
+    the rest going to the sink; sigmoid, clipped, softpick and relu rows need not sum to 1. hide_first: the position
+    of the first token, whose key no other query may see (intervene.py), or None."""
     T, S = q.size(2), k.size(2)
     visible = attention_mask(T, config.causal_free_prefix, q.device, S)
     if hide_first is not None and hide_first < S:
@@ -147,6 +149,9 @@ def attention_probs(q, k, config, sink=None, hide_first=None):
     scores = ((q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))).float()
     if config.attn == 'sigmoid':
         return torch.sigmoid(scores + sigmoid_bias(config)).masked_fill(~visible, 0.0)
+    if config.attn == 'relu':   # Guo et al.: row i divided by i, the query's 1-based position (a cache's included)
+        position = torch.arange(S - T + 1, S + 1, device=q.device, dtype=torch.float32)[:, None]
+        return torch.relu(scores).masked_fill(~visible, 0.0) / position
     scores = scores.masked_fill(~visible, float('-inf'))
     if config.attn == 'clipped':
         zeta, gamma = config.clip_zeta, config.clip_gamma

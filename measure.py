@@ -1,7 +1,9 @@
 """The measurement core of analyze.py (its docstring defines every metric): a model's forward pass with its
-attention maps and hidden states, validation documents in length-sorted batches, perplexity, kurtosis, max |x|,
-norm ratios, first-token attention and sink rate as running sums (Stats), and the optimizer's second moments.
+attention maps, hidden states and value vectors, validation documents in length-sorted batches, perplexity, kurtosis,
+max |x|, norm ratios, the first token's residual-state peak and value drain, first-token attention and sink rate as
+running sums (Stats), and the optimizer's second moments.
 eval_quant.py, intervene.py, lm_eval_adapter.py, stream_eval.py and train.py's probe measure through it."""
+import json
 import math
 import os
 import re
@@ -22,8 +24,10 @@ ATTN_PLOT_TOKENS = 32    # Fig. 1a shows the first tokens of one document
 HIDDEN_PLOT_TOKENS = 64
 BUCKET_DOCS = 512        # documents read ahead and sorted by length, so that a batch holds similar lengths
 HIDDEN_METRICS = ('kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'norm_ratio_first',
-                  'norm_ratio_rest')
-ATTN_METRICS = ('first_attn_argmax', 'first_attn_mass', 'attn_nowhere', 'attn_empty')
+                  'norm_ratio_rest', 'resid_norm_first', 'resid_peak', 'max_over_median_first')
+ATTN_METRICS = ('first_attn_argmax', 'first_attn_mass', 'attn_nowhere', 'attn_empty', 'attn_row_sum')
+VALUE_METRICS = ('value_norm_first', 'value_drain')   # per layer and head, from the value vectors (ours only)
+PEAK_METRICS = ('resid_norm_first', 'resid_peak', 'max_over_median_first')   # summary: the max over layers, not E_m
 SINK_EPS = 0.3           # sink_rate's threshold epsilon, Gu et al. (2024)'s default
 
 
@@ -56,7 +60,8 @@ def forward(lm: LoadedModel, idx: torch.Tensor, analysis: bool = False):
 @torch.no_grad()
 def forward_trace(lm: LoadedModel, idx: torch.Tensor, analysis: bool = True):
     """forward(), plus the model's trace['sink'] (per layer the sink's (B, C) hidden state and the (B, H, T)
-    probability each real query puts on it) for ours with sink_token, else None."""
+    probability each real query puts on it) for ours with sink_token, else None, and trace['value'] (per layer the
+    (B, H, T, d) value vectors) for ours, else None."""
     if idx.numel() and int(idx.max()) >= lm.vocab_size:
         raise ValueError(f"token id {int(idx.max())} >= vocab_size {lm.vocab_size} of {lm.name}: "
                          f"the data was tokenised for another vocabulary")
@@ -66,7 +71,7 @@ def forward_trace(lm: LoadedModel, idx: torch.Tensor, analysis: bool = True):
         if not analysis:
             return lm.model(idx)[0]
         logits, _, trace = lm.model(idx, analysis=True)
-        return logits, trace['hidden'], trace['attn'], trace.get('sink')
+        return logits, trace['hidden'], trace['attn'], trace.get('sink'), trace['value']
     if not analysis:
         return lm.model(idx, use_cache=False).logits
     # hidden_states[-1] of transformers already has the final norm applied: take each block's output instead
@@ -78,7 +83,7 @@ def forward_trace(lm: LoadedModel, idx: torch.Tensor, analysis: bool = True):
     finally:
         for h in hooks:
             h.remove()
-    return out.logits, hidden, list(out.attentions), None
+    return out.logits, hidden, list(out.attentions), None, None
 
 
 def val_batches(data_dir: str, max_docs: int | None, block_size: int, batch_size: int,
@@ -227,6 +232,29 @@ def norm_ratio(x):
     return hidden_metrics(x)[1]
 
 
+def median_over(x, keep=None):
+    """The median of x over its last axis (where keep, broadcast to x, is True): the middle value, or the mean of the
+    two middle ones for an even count; NaN where nothing is kept. x: float64. By a sort (torch.nanquantile takes
+    ten times as long on a probe's small tensors)."""
+    if keep is None:
+        keep = torch.ones((), dtype=torch.bool, device=x.device)
+    keep = keep.expand_as(x)
+    k = keep.sum(-1, keepdim=True)
+    s = x.masked_fill(~keep, math.inf).sort(-1).values                 # the kept values first, in order
+    middle = (s.gather(-1, ((k - 1) // 2).clamp_min(0)) + s.gather(-1, k // 2)) / 2
+    return torch.where(k > 0, middle, math.nan).squeeze(-1)
+
+
+def first_token_peaks(hidden, rest):
+    """Per layer and document (L, B), in float64, from the hidden states (L tensors (B, T, C)) and the rest positions
+    (B, T): ||h_0|| (the residual-state norm of the first token), ||h_0|| / median_t ||h_t|| over the rest (the
+    residual-state peak) and max_c |h_0,c| / median_c |h_0,c| (its largest channel over its median channel). The
+    layers are stacked after the norms, so that a small model's probe pays a few operations, not a few per layer."""
+    norms = torch.stack([torch.linalg.vector_norm(h, dim=-1, dtype=torch.float64) for h in hidden])   # (L, B, T)
+    first = torch.stack([h[:, 0] for h in hidden]).double().abs()                                     # (L, B, C)
+    return norms[..., 0], norms[..., 0] / median_over(norms, rest), first.amax(-1) / median_over(first)
+
+
 def pearson(a, b):
     """Pearson correlation of two sequences; None when undefined (fewer than 2 points, a constant one, NaN)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -242,13 +270,19 @@ class Stats:
 
     def __init__(self, n_layer, n_head, sink_eps=SINK_EPS):
         self.sums = {k: torch.zeros(n_layer, dtype=torch.float64) for k in HIDDEN_METRICS}
-        self.sums.update({k: torch.zeros(n_layer, n_head, dtype=torch.float64) for k in ATTN_METRICS + ('sink_rate',)})
+        self.sums.update({k: torch.zeros(n_layer, n_head, dtype=torch.float64)
+                          for k in ATTN_METRICS + VALUE_METRICS + ('sink_rate', 'first_attn_mass_nontrigger')})
         self.attending = torch.zeros(n_layer, n_head, dtype=torch.float64)   # (query > 0, head) rows with some mass
         self.sink_eps = sink_eps
         self.n_first = self.n_rest = self.n_docs_rest = 0
+        self.n_value_first = self.n_value_rest = 0        # documents whose value vectors were given
+        self.n_nontrigger = None                            # (query > 0) positions kept by `queries`; None: no filter
         self.nll, self.n_predicted = 0.0, 0
 
-    def update(self, hidden, attn, mask, sink=None):
+    def update(self, hidden, attn, mask, sink=None, values=None, queries=None):
+        """One batch: per layer the hidden states (B, T, C), attention weights (B, H, T, T) and (ours) value vectors
+        (B, H, T, d); mask (B, T) the real tokens; sink the sink token's trace (or None); queries (B, T) the query
+        positions first_attn_mass_nontrigger counts (those whose token is no trigger), or None."""
         if sink is not None:
             self.update_sink(sink, attn, mask)
         first = mask[:, 0]
@@ -267,6 +301,12 @@ class Stats:
             s['norm_ratio_rest'][m] += r[rest].sum().cpu()
             s['max_abs_first'][m] += a[:, 0][first].sum().cpu()
             s['max_abs_rest'][m] += a.masked_fill(~rest, 0).amax(1)[has_rest].sum().cpu()
+        norm, peak, top = first_token_peaks(hidden, rest)                              # (L, B) each
+        s['resid_norm_first'] += norm[:, first].sum(1).cpu()
+        s['resid_peak'] += peak[:, has_rest].sum(1).cpu()
+        s['max_over_median_first'] += top[:, first].sum(1).cpu()
+        if values is not None:
+            self.update_values(values, first, rest, has_rest)
         q = rest[:, None, :]                                                     # queries > 0, (B, 1, T)
         n_tokens = mask.sum(1, keepdim=True).clamp_min(1)                        # (B, 1)
         for m, p in enumerate(attn):
@@ -278,9 +318,26 @@ class Stats:
             s['attn_empty'][m] += empty.sum((0, 2)).cpu()
             s['first_attn_argmax'][m] += ((p.argmax(-1) == 0) & attending).sum((0, 2)).cpu()
             s['first_attn_mass'][m] += torch.where(q, p[..., 0].double(), 0).sum((0, 2)).cpu()
-            s['attn_nowhere'][m] += torch.where(q, (1 - p.sum(-1, dtype=torch.float64)).clamp_min(0), 0).sum((0, 2)).cpu()
+            row = p.sum(-1, dtype=torch.float64)
+            s['attn_nowhere'][m] += torch.where(q, (1 - row).clamp_min(0), 0).sum((0, 2)).cpu()
+            s['attn_row_sum'][m] += torch.where(q, row, 0).sum((0, 2)).cpu()
             alpha = torch.where(mask[:, None, :], p[..., 0].double(), 0).sum(2) / n_tokens    # (B, H), every query
             s['sink_rate'][m] += ((alpha > self.sink_eps) & first[:, None]).sum(0).cpu()
+        if queries is not None:
+            kept = rest & queries
+            self.n_nontrigger = (self.n_nontrigger or 0) + int(kept.sum())
+            for m, p in enumerate(attn):
+                s['first_attn_mass_nontrigger'][m] += torch.where(kept[:, None], p[..., 0].double(), 0).sum((0, 2)).cpu()
+
+    def update_values(self, values, first, rest, has_rest):
+        """The value drain: per layer and head, ||v_0|| and ||v_0|| / median_t ||v_t|| over the rest positions."""
+        s = self.sums
+        self.n_value_first += int(first.sum())
+        self.n_value_rest += int(has_rest.sum())
+        norms = torch.stack([torch.linalg.vector_norm(v, dim=-1, dtype=torch.float64) for v in values])  # (L, B, H, T)
+        drain = norms[..., 0] / median_over(norms, rest[:, None, :])             # (L, B, H)
+        s['value_norm_first'] += norms[..., 0][:, first].sum(1).cpu()
+        s['value_drain'] += drain[:, has_rest].sum(1).cpu()
 
     def update_sink(self, sink, attn, mask):
         """The sink token's own numbers: its hidden state (one per document) and the attention it gets."""
@@ -306,17 +363,25 @@ class Stats:
         def div(x, n):
             return (x / n) if n else torch.full_like(x, math.nan)
         count = dict(kurtosis_first=self.n_first, norm_ratio_first=self.n_first, max_abs_first=self.n_first,
-                     kurtosis_rest=self.n_rest, norm_ratio_rest=self.n_rest, max_abs_rest=self.n_docs_rest)
+                     kurtosis_rest=self.n_rest, norm_ratio_rest=self.n_rest, max_abs_rest=self.n_docs_rest,
+                     resid_norm_first=self.n_first, max_over_median_first=self.n_first, resid_peak=self.n_docs_rest)
         per_head = {k: div(self.sums[k], self.n_rest) for k in ATTN_METRICS}
         per_head['sink_rate'] = div(self.sums['sink_rate'], self.n_first)
+        per_head['value_norm_first'] = div(self.sums['value_norm_first'], self.n_value_first)
+        per_head['value_drain'] = div(self.sums['value_drain'], self.n_value_rest)
+        if self.n_nontrigger is not None:
+            per_head['first_attn_mass_nontrigger'] = div(self.sums['first_attn_mass_nontrigger'], self.n_nontrigger)
         per_layer = {k: div(self.sums[k], count[k]) for k in HIDDEN_METRICS}
         per_layer.update({k: v.mean(1) for k, v in per_head.items()})
+        per_layer['value_drain_min'] = per_head['value_drain'].amin(1)          # the most drained head of the layer
         # first_attn_argmax is a share of the rows that attend somewhere: per head of its own rows, per layer of the
         # layer's (with no empty row, every head has n_rest rows and this is the mean over heads, as for the others)
         per_head['first_attn_argmax'] = self.sums['first_attn_argmax'] / self.attending   # 0 / 0: NaN, no such row
         per_layer['first_attn_argmax'] = self.sums['first_attn_argmax'].sum(1) / self.attending.sum(1)
         out = {'ppl': math.exp(self.nll / self.n_predicted) if self.n_predicted else math.nan}
         out.update({k: v.mean().item() for k, v in per_layer.items()})
+        out.update({k: per_layer[k].max().item() for k in PEAK_METRICS})       # where the peak is, not E_m
+        out['value_drain_min'] = per_layer['value_drain_min'].min().item()
         for pos in ('first', 'rest'):
             out[f'kurtosis_norm_ratio_corr_{pos}'] = pearson(per_layer[f'kurtosis_{pos}'],
                                                              per_layer[f'norm_ratio_{pos}'])
@@ -345,6 +410,18 @@ def example_sequence(hidden, attn, mask, row=0):
             'hidden_layers': hidden_layers}
 
 
+def trigger_ids(meta, data_dir):
+    """meta.json's "triggers" (a list of token ids: first_attn_mass_nontrigger leaves out the queries whose token is
+    one of them) as a tensor, or None when the data names none."""
+    ids = meta.get('triggers')
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < meta['vocab_size'] for i in ids):
+        raise ValueError(f"{os.path.join(data_dir, 'meta.json')}: \"triggers\" must be a list of token ids in "
+                         f"[0, {meta['vocab_size']}), got {json.dumps(ids)[:80]}; correct it or remove the key")
+    return torch.tensor(ids, dtype=torch.long)
+
+
 def default_batch_size(device):
     """Documents per forward pass when --batch_size is not given: 8 on CUDA, 1 on CPU (measured fastest there)."""
     return 8 if device.startswith('cuda') else 1
@@ -355,20 +432,22 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
     """(JSON-ready result dict, plot data of the first document) for one model; quiet: no progress lines.
     on_batch(mask), when given, sees each batch's real-token mask before the forward pass."""
     meta = check_data(data_dir, lm)
+    triggers = trigger_ids(meta, data_dir)
     stats, example, docs = None, None, 0
     progress = Progress(run_label(lm.name), target_docs=min(max_docs or math.inf, meta['splits']['val']['documents']))
     for idx, mask, numbers in numbered_batches(data_dir, max_docs, lm.block_size, batch_size, lm.bos):
         idx, mask = idx.to(device), mask.to(device)
         if on_batch is not None:
             on_batch(mask)
-        logits, hidden, attn, sink = forward_trace(lm, idx)
+        logits, hidden, attn, sink, values = forward_trace(lm, idx)
         stats = stats or Stats(len(hidden), attn[0].size(1), sink_eps)
-        stats.update(hidden, attn, mask, sink)
+        queries = None if triggers is None else ~torch.isin(idx, triggers.to(idx.device))
+        stats.update(hidden, attn, mask, sink, values, queries)
         s, n = nll_sum(logits, idx, mask, seen_targets(lm))
         stats.nll, stats.n_predicted = stats.nll + s, stats.n_predicted + n
         if 0 in numbers:                                   # the plots show the first document
             example = example_sequence(hidden, attn, mask, numbers.index(0))
-        del logits, hidden, attn, sink
+        del logits, hidden, attn, sink, values
         docs += len(idx)
         if not quiet:
             progress.update(docs, 0)

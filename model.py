@@ -9,15 +9,15 @@
 
 Attention (attention.py) is softmax or the paper's softmax-1, exp(x_i) / (1 + sum_j exp(x_j)), and, to
 compare them with other published fixes on equal terms: clipped softmax and gated attention (Bondarenko
-et al., 2023), sigmoid attention (Ramapuram et al., 2024), softpick (Zuhri et al., 2025), a learnt attention
-bias key/value per head (attn_bias, Sun et al., 2024) and a learnt sink token prepended to every window
-(sink_token). The training path runs fused kernels wherever the formula allows (softmax-1 and attn_bias
+et al., 2023), sigmoid attention (Ramapuram et al., 2024), softpick (Zuhri et al., 2025), ReLU attention (Guo et
+al., 2024), a learnt attention bias key/value per head (attn_bias, Sun et al., 2024) and a learnt sink token
+prepended to every window (sink_token). The training path runs fused kernels wherever the formula allows (softmax-1 and attn_bias
 included: the kernel's output and log-sum-exp give them exactly, see attention.py); attention.EAGER are eager.
 
 The analysis path (analysis=True) recomputes attention eagerly and returns, per layer, the hidden
-state after the block's residual additions and the attention probabilities over the real tokens (for
-softmax-1 and attn_bias each row sums to < 1; the remainder went to the sink). With sink_token, the
-sink position is left out of 'hidden' and 'attn' and reported in trace['sink'].
+state after the block's residual additions, the attention probabilities and each head's value vectors over the
+real tokens (for softmax-1 and attn_bias each row sums to < 1; the remainder went to the sink). With sink_token,
+the sink position is left out of 'hidden', 'attn' and 'value' and reported in trace['sink'].
 
 An intervention (intervene.py): CausalSelfAttention.hide_first_key = True hides the first token's key (the first
 real token with sink_token) from every other query, through the eager probabilities, in either path.
@@ -36,10 +36,11 @@ from attention import attention, attention_probs
 # The values of GPTConfig's choice fields, listed once: train.py's validation and --help, the tests (which ask each
 # value for its reference formula) and the docs' checks read them. A new variant is its name here and its code.
 CHOICES = {
-    'attn': ('softmax', 'softmax1', 'clipped', 'gated', 'sigmoid', 'softpick'),   # attention.py (EAGER: not fused)
+    'attn': ('softmax', 'softmax1', 'clipped', 'gated', 'sigmoid', 'softpick', 'relu'),   # attention.py (EAGER: eager)
     'norm': ('layernorm', 'rmsnorm', 'rmsnorm_single'),               # RMSNorm-M, RMSNorm-S (one scalar scale)
     'pos_emb': ('absolute', 'rotary', 'none'),                        # a learnt table, rotary, none
-    'mlp': ('gelu', 'gelu_tanh', 'swiglu'),                           # exact, GPT-2's tanh approximation, Llama-2's
+    'mlp': ('gelu', 'gelu_tanh', 'swiglu', 'relu'),                   # exact, GPT-2's tanh approximation, Llama-2's, ReLU
+    'init': ('gpt2', 'torch'),                                        # GPT-2's N(0, 0.02) scheme, PyTorch's layer defaults
 }
 
 
@@ -52,10 +53,11 @@ class GPTConfig:
     vocab_size: int = 50257       # real vocabulary; the embedding is padded to a multiple of 64
     dropout: float = 0.0
     bias: bool = True             # biases in every Linear layer and in LayerNorm
-    attn: str = 'softmax'         # each of these four: one of CHOICES[its name]
+    attn: str = 'softmax'         # each of these five: one of CHOICES[its name]
     norm: str = 'layernorm'
     pos_emb: str = 'absolute'
     mlp: str = 'gelu'
+    init: str = 'gpt2'            # the initial weights (GPT.__init__)
     causal_free_prefix: int = 0   # first k tokens attend to each other without causal masking
     clip_gamma: float = -0.025    # attn='clipped': clip((zeta - gamma) softmax + gamma, 0, 1), gamma <= 0
     clip_zeta: float = 1.0        #   and zeta >= 1 (Bondarenko et al.'s BERT values; OPT: gamma = -12/T)
@@ -64,7 +66,7 @@ class GPTConfig:
     sink_token: bool = False      # a learnt embedding prepended at position 0 of every window
     # fields a public model may need (GPT.from_hf); the defaults are this codebase's own models
     n_kv_head: int = 0            # key/value heads (grouped-query attention); 0 = n_head
-    mlp_hidden: int = 0           # MLP hidden size; 0 = 4 * n_embd (gelu), 8/3 * n_embd rounded up to 64 (swiglu)
+    mlp_hidden: int = 0           # MLP hidden size; 0 = 4 * n_embd (gelu, relu), 8/3 * n_embd rounded up to 64 (swiglu)
     rope_base: float = 10000.0    # rotary base (theta)
     norm_eps: float = 1e-5        # epsilon of LayerNorm / RMSNorm
     tie_embeddings: bool = True   # LM head shares the token embedding matrix
@@ -122,7 +124,7 @@ class GPTConfig:
 
     @property
     def hidden_size(self):
-        """MLP hidden size: mlp_hidden, else 4 C (GELU) or 8/3 C rounded up to 64 (SwiGLU, the same parameters)."""
+        """MLP hidden size: mlp_hidden, else 4 C (GELU, ReLU) or 8/3 C rounded up to 64 (SwiGLU, the same parameters)."""
         if self.mlp_hidden:
             return self.mlp_hidden
         return -(-(8 * self.n_embd // 3) // 64) * 64 if self.mlp == 'swiglu' else 4 * self.n_embd
@@ -208,6 +210,7 @@ class CausalSelfAttention(nn.Module):
             probs = attention_probs(q, k, self.config, sink, int(self.config.sink_token) if self.hide_first_key else None)
             if trace is not None:
                 trace['attn'].append(probs)
+                trace['value'].append(v)   # per query head (a key/value head repeated for its group)
             y = probs @ v.float()
             if sink is not None:   # the rest of each row's mass went to the bias value
                 y = y + (1 - probs.sum(-1, keepdim=True)) * self.bias_v.float()
@@ -221,7 +224,7 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.swiglu = config.mlp == 'swiglu'
+        self.swiglu, self.relu = config.mlp == 'swiglu', config.mlp == 'relu'
         self.gelu_approximate = 'tanh' if config.mlp == 'gelu_tanh' else 'none'
         hidden = config.hidden_size
         if self.swiglu:   # Llama-2: c_proj(silu(c_gate(x)) * c_fc(x))
@@ -233,6 +236,8 @@ class MLP(nn.Module):
     def forward(self, x):
         if self.swiglu:
             h = F.silu(self.c_gate(x)) * self.c_fc(x)
+        elif self.relu:   # Guo et al. (2024)'s MLP: c_proj(ReLU(c_fc(x))), no gate
+            h = F.relu(self.c_fc(x))
         else:
             h = F.gelu(self.c_fc(x), approximate=self.gelu_approximate)
         return self.dropout(self.c_proj(h))
@@ -296,23 +301,36 @@ class GPT(nn.Module):
             cos, sin = rotary_tables(config.n_embd // config.n_head, positions, config.rope_base)
             self.register_buffer('rope_cos', cos, persistent=False)
             self.register_buffer('rope_sin', sin, persistent=False)
-        self.apply(self._init_weights)
+        self.apply(self._init_torch if config.init == 'torch' else self._init_weights)
+        std = 1.0 if config.init == 'torch' else 0.02   # the embeddings' (and so the sink's)
         for name, p in self.named_parameters():
-            if name.endswith('c_proj.weight'):    # GPT-2: residual projections scaled by 1/sqrt(2 n_layer)
+            if name.endswith('c_proj.weight') and config.init == 'gpt2':   # residual projections / sqrt(2 n_layer)
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
             elif name.endswith('c_gate.bias'):    # gates start at GATE_INIT
                 nn.init.constant_(p, math.log(GATE_INIT / (1 - GATE_INIT)))
             elif name == 'sink':                  # like a token embedding; attn_bias's key and value start at 0
-                nn.init.normal_(p, mean=0.0, std=0.02)
+                nn.init.normal_(p, mean=0.0, std=std)
 
     @staticmethod
     def _init_weights(module):
+        """init='gpt2': GPT-2's scheme, every Linear weight and embedding N(0, 0.02), biases 0 (the residual
+        projections are scaled after), norms weight 1 and bias 0 (as constructed)."""
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def _init_torch(self, module):
+        """init='torch': PyTorch's layer defaults, which Guo et al. (2024) train with: a Linear's weight and bias
+        U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (nn.Linear.reset_parameters), an embedding (token, position) N(0, 1), norms
+        weight 1 and bias 0. With tie_embeddings the shared matrix is the token embedding's, N(0, 1): the LM head is
+        left as the embedding made it (self.apply visits the embeddings first, the head last)."""
+        if isinstance(module, nn.Linear) and not (module is self.lm_head and self.config.tie_embeddings):
+            module.reset_parameters()
+        elif isinstance(module, nn.Embedding):
+            module.reset_parameters()   # N(0, 1)
 
     @classmethod
     def from_checkpoint(cls, path, device='cpu'):
@@ -392,8 +410,9 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None, analysis=False):
         """idx, targets: (B, T) int64; targets == -1 are ignored. Returns logits over the real vocabulary,
         the mean cross-entropy (None without targets) and, with analysis=True, a trace dict with
-        'hidden' (per layer (B, T, C) after the block) and 'attn' (per layer (B, H, T, T) probabilities),
-        both over the real tokens; with sink_token also 'sink': {'hidden': per layer (B, C) at the sink,
+        'hidden' (per layer (B, T, C) after the block), 'attn' (per layer (B, H, T, T) probabilities) and
+        'value' (per layer (B, H, T, d): each head's value vectors, W_v applied to the block's normalised input), all
+        over the real tokens; with sink_token also 'sink': {'hidden': per layer (B, C) at the sink,
         'attn': per layer (B, H, T) the probability each real query puts on the sink}."""
         B, T = idx.shape
         cfg = self.config
@@ -406,7 +425,7 @@ class GPT(nn.Module):
             x = x + self.transformer.wpe(torch.arange(x.size(1), device=idx.device))
         x = self.transformer.drop(x)
         rotary = (self.rope_cos, self.rope_sin) if cfg.pos_emb == 'rotary' else None
-        trace = {'hidden': [], 'attn': []} if analysis else None
+        trace = {'hidden': [], 'attn': [], 'value': []} if analysis else None
         if analysis and cfg.sink_token:
             trace['sink'] = {'hidden': [], 'attn': []}
         for block in self.transformer.h:
@@ -417,6 +436,7 @@ class GPT(nn.Module):
                 trace['sink']['attn'].append(probs[:, :, 1:, 0])
                 trace['sink']['hidden'].append(x[:, 0])
                 trace['hidden'].append(x[:, 1:])
+                trace['value'].append(trace['value'].pop()[:, :, 1:])
             elif analysis:
                 trace['hidden'].append(x)
         if cfg.sink_token:

@@ -127,7 +127,8 @@ TABLES = {
             ('05_sigmoid', 'sigmoid', 'Adam'), ('06_attn_bias', 'softmax + bias k/v', 'Adam'),
             ('07_sink_token', 'softmax + sink token', 'Adam'), ('08_orthoadam', 'softmax', 'OrthoAdam'),
             ('09_muon', 'softmax', 'Muon'), ('10_softmax1_orthoadam', 'softmax-1', 'OrthoAdam'),
-            ('11_clipped_orthoadam', 'clipped softmax', 'OrthoAdam'), ('12_softpick', 'softpick', 'Adam'))]),
+            ('11_clipped_orthoadam', 'clipped softmax', 'OrthoAdam'), ('12_softpick', 'softpick', 'Adam'),
+            ('13_relu', 'ReLU', 'Adam'))]),
     'pilots': Table(
         "Pilots of issue 27 (ours): vanilla 60M, a BOS at position 0 of every window or not, weight decay 0.1 or "
         "0.5 on matrices; the trajectories (pilots_trajectories.png) show when the sink appears",

@@ -143,37 +143,63 @@ def plot_training_curves(runs, path):
     return _save(fig, path)
 
 
+# the panels of trajectories.png: (title, [(probe key, line style, what the line is)]); a dotted line is drawn only
+# for a run whose probes carry its key (first_attn_mass_nontrigger: data whose meta.json names "triggers")
+TRAJECTORY_PANELS = [
+    ('kurtosis (raw, Gaussian 3)', [('kurtosis_first', '-o', 'first token'), ('kurtosis_rest', '--', 'other tokens')]),
+    ('max |activation|', [('max_abs_first', '-o', 'first token'), ('max_abs_rest', '--', 'other tokens')]),
+    ('first-token attention', [('first_attn_argmax', '-o', 'argmax share'), ('first_attn_mass', '--', 'mass')]),
+    ('attention mass (query > 0)', [('first_attn_mass', '-o', 'on the first token'),
+                                    ('attn_nowhere', '--', 'nowhere: max(0, 1 - row sum)'),
+                                    ('first_attn_mass_nontrigger', ':', 'first token, non-trigger queries')]),
+    ('residual-state peak (max over layers)', [('resid_peak', '-o', '||h_0|| / median ||h_t||'),
+                                               ('max_over_median_first', '--', 'max |h_0,c| / median |h_0,c|')]),
+    ("the first token's norms", [('resid_norm_first', '-o', '||h_0|| (max over layers)'),
+                                 ('value_norm_first', '--', '||v_0|| (mean over heads, layers)')]),
+    ('value drain ||v_0|| / median ||v_t||', [('value_drain', '-o', 'mean over heads, layers'),
+                                              ('value_drain_min', '--', 'the most drained head')]),
+    ('attention rows (query > 0)', [('attn_row_sum', '-o', 'row sum'), ('attn_empty', '--', 'share of empty rows')]),
+]
+
+LINE_NAMES = {'-o': 'solid', '--': 'dashed', ':': 'dotted'}
+
+
 def plot_trajectories(runs, path):
     """Outlier dynamics: every probe of each run's log.jsonl (train.py's probe_docs at evaluations, and every
-    probe_interval iterations between them; runs.read_probes) against
-    the tokens seen, one colour per run: kurtosis and max |activation| of the first token (solid) and of the
-    other tokens (dashed), first-token attention (argmax share solid, mass dashed). A log y-axis where a panel's
-    values span more than a factor of 10. Runs without probes are left out; returns None when none has one."""
+    probe_interval iterations between them; runs.read_probes) against the tokens seen, one colour per run, in the
+    panels of TRAJECTORY_PANELS: kurtosis and max |activation| of the first token (solid) and of the other tokens
+    (dashed), first-token attention (argmax share solid, mass dashed), the attention mass on the first token beside
+    the mass that went nowhere, the residual-state peak, the first token's norms, the value drain, the rows' sums.
+    A probe of an older log without a key leaves a gap. A log y-axis where a panel's values span more than a factor
+    of 10. Runs without probes are left out; returns None when none has one."""
     plt = _pyplot()
     from matplotlib.ticker import EngFormatter
     curves = [(label, read_probes(log)) for label, log in runs]
     curves = [(label, evals) for label, evals in curves if evals]
     if not curves:
         return None
-    panels = [('kurtosis_first', 'kurtosis_rest', 'kurtosis (raw, Gaussian 3)', 'first token', 'other tokens'),
-              ('max_abs_first', 'max_abs_rest', 'max |activation|', 'first token', 'other tokens'),
-              ('first_attn_argmax', 'first_attn_mass', 'first-token attention', 'argmax share', 'mass')]
     colors = [f'C{i}' for i in range(10)] if len(curves) <= 10 else list(plt.cm.tab20.colors)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.6), layout='constrained')
-    for ax, (solid, dashed, title, l1, l2) in zip(axes, panels):
+    fig, axes = plt.subplots(2, 4, figsize=(22, 9.2), layout='constrained')
+    axes = list(axes.flat)
+    for ax, (title, lines) in zip(axes, TRAJECTORY_PANELS):
         for i, (label, evals) in enumerate(curves):
             x = [e['tokens'] for e in evals]
-            y1, y2 = ([math.nan if e['probe'].get(k) is None else e['probe'][k] for e in evals] for k in (solid, dashed))
-            color = colors[i % len(colors)]
-            ax.plot(x, y1, '-o', color=color, ms=3, label=label)
-            ax.plot(x, y2, '--', color=color, alpha=0.6)
-        ax.set(title=f'{title}\n(solid: {l1}, dashed: {l2})', xlabel='tokens seen')
+            for n, (key, style, _) in enumerate(lines):
+                if style == ':' and not any(key in e['probe'] for e in evals):
+                    continue
+                y = [math.nan if e['probe'].get(key) is None else e['probe'][key] for e in evals]
+                ax.plot(x, y, style, color=colors[i % len(colors)], ms=3, alpha=1 if n == 0 else 0.6,
+                        label=label if n == 0 else None)
+        legend = (',\n' if len(lines) > 2 else ', ').join(f"{LINE_NAMES[style]}: {what}" for _, style, what in lines)
+        ax.set(title=f'{title}\n({legend})', xlabel='tokens seen')
+        ax.title.set_fontsize(9)
         ax.xaxis.set_major_formatter(EngFormatter())
-        _log_scale_if_wide(ax, [e['probe'].get(k) for _, evals in curves for e in evals for k in (solid, dashed)])
+        _log_scale_if_wide(ax, [e['probe'].get(k) for _, evals in curves for e in evals for k, _, _ in lines])
         ax.grid(alpha=0.3)
     docs = sorted({e['probe'].get('documents') for _, evals in curves for e in evals} - {None})
     fig.suptitle('Outlier dynamics during training: the probes of log.jsonl '
-                 f"({'/'.join(map(str, docs)) or 'the first'} validation documents, E_m = mean over layers)")
+                 f"({'/'.join(map(str, docs)) or 'the first'} validation documents; each metric's mean over layers, E_m, "
+                 f"unless a panel says otherwise)")
     fig.legend(*axes[0].get_legend_handles_labels(), loc='outside right upper', fontsize=8)
     return _save(fig, path)
 

@@ -1,5 +1,5 @@
 """Train a GPT-2 / Llama-2 style model: softmax, softmax-1 or another attention fix (clipped, gated, sigmoid, softpick,
-attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
+ReLU, attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
 
     python train.py config/tiny_cpu.py                        # CPU, under a minute
     python train.py config/gpt2_130m.py --attn=softmax1 --optimizer=orthoadam
@@ -570,6 +570,8 @@ def probe(raw_model, cfg, meta, path, bos, device):
     try:
         result, _ = measure.analyze(lm, os.path.dirname(path), cfg['probe_docs'], measure.default_batch_size(device),
                                     device, quiet=True)
+    except ValueError as e:   # the data's meta.json (e.g. a malformed "triggers"): one line, as any data problem
+        raise TrainingError(f"the probe: {e}") from None
     finally:
         raw_model.train()
         torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -591,7 +593,8 @@ def probe_text(iter_num, p):
     return (f"probe iter {iter_num} ({p['documents']} docs): kurtosis first {f(p['kurtosis_first'], '.2f')} rest "
             f"{f(p['kurtosis_rest'], '.2f')} | max |x| first {f(p['max_abs_first'], '.3g')} rest "
             f"{f(p['max_abs_rest'], '.3g')} | first attn {f(p['first_attn_argmax'], '.3f')} (mass "
-            f"{f(p['first_attn_mass'], '.3f')})")
+            f"{f(p['first_attn_mass'], '.3f')}, nowhere {f(p['attn_nowhere'], '.3f')}) | resid peak "
+            f"{f(p['resid_peak'], '.3g')} | value drain {f(p['value_drain'], '.3g')} (min {f(p['value_drain_min'], '.3g')})")
 
 
 def ppl_text(ppl):

@@ -22,7 +22,7 @@ DEFAULTS = dict(
     windows='random',   # 'random': windows start anywhere; 'document': at a document's eot (BOS), see get_batch
     # model (GPTConfig); vocab_size=0 takes it from meta.json
     n_layer=12, n_head=12, n_embd=768, block_size=256, vocab_size=0, dropout=0.0, bias=True,
-    attn='softmax', norm='layernorm', pos_emb='absolute', mlp='gelu', causal_free_prefix=0,
+    attn='softmax', norm='layernorm', pos_emb='absolute', mlp='gelu', init='gpt2', causal_free_prefix=0,
     clip_gamma=-0.025, clip_zeta=1.0, sigmoid_bias=None, attn_bias=False, sink_token=False,   # other published fixes
     n_kv_head=0, mlp_hidden=0, rope_base=10000.0, norm_eps=1e-5, tie_embeddings=True,
     # optimiser
@@ -83,6 +83,7 @@ HELP = dict(
     dropout='dropout on embeddings, attention and residual branches',
     bias='biases in Linear layers and LayerNorm', attn='attention normalisation', norm='normalisation layer',
     pos_emb='position encoding', mlp='feed-forward block',
+    init="initial weights: 'gpt2' (N(0, 0.02), GPT-2's scheme) or 'torch' (PyTorch's layer defaults, Guo et al.)",
     causal_free_prefix='the first k tokens attend to each other without causal mask',
     n_kv_head='key/value heads (grouped-query attention when fewer than n_head); 0 = n_head',
     mlp_hidden='MLP hidden size; 0 = the default of mlp', rope_base='rotary base theta',

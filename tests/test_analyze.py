@@ -159,6 +159,108 @@ def test_hidden_metrics_split_first_token_and_rest():
     assert r['max_abs_rest'][1] >= 50 / 2
 
 
+def test_residual_peak_and_largest_channel_on_hand_made_hidden_states():
+    """Three documents of 4, 3 and 1 tokens, C = 4, norms by hand. Document 0: h_0 = (1, -2, 2, 4), norm 5, |h_0|
+    sorted (1, 2, 2, 4), median 2, largest 4: ratio 2; the rest has norms 1, 2, 4: median 2, peak 5 / 2. Document 1:
+    h_0 = (0, 0, 6, 8), norm 10, |h_0| median (0 + 6) / 2 = 3, ratio 8 / 3; rest norms 5 and 1, median 3, peak
+    10 / 3. Document 2: h_0 = (-2, 2, 2, 2), norm 4, ratio 1, no rest. Padding holds 100s. Layer 2 is layer 1
+    with h_0 three times larger: its norms and peaks triple, the channel ratio stays. The summaries of these three
+    metrics are the max over layers."""
+    h = torch.full((3, 4, 4), 100.0)
+    h[0] = torch.tensor([[1, -2, 2, 4], [0, 1, 0, 0], [0, 0, -2, 0], [0, 0, 0, 4]])
+    h[1, :3] = torch.tensor([[0, 0, 6, 8], [3, 4, 0, 0], [0, 0, 0, -1]])
+    h[2, 0] = torch.tensor([-2, 2, 2, 2])
+    h2 = h.clone()
+    h2[:, 0] *= 3
+    mask = torch.arange(4)[None, :] < torch.tensor([4, 3, 1])[:, None]
+    s = Stats(2, 2)
+    s.update([h, h2], [torch.full((3, 2, 4, 4), 0.25)] * 2, mask)
+    r = s.result()
+    assert r['per_layer']['resid_norm_first'] == pytest.approx([19 / 3, 19])                # (5 + 10 + 4) / 3
+    assert r['per_layer']['resid_peak'] == pytest.approx([35 / 12, 35 / 4])                 # (5/2 + 10/3) / 2
+    assert r['per_layer']['max_over_median_first'] == pytest.approx([17 / 9, 17 / 9])       # (2 + 8/3 + 1) / 3
+    assert (r['resid_norm_first'], r['resid_peak'], r['max_over_median_first']) == pytest.approx((19, 35 / 4, 17 / 9))
+    assert r['kurtosis_first'] == pytest.approx(np.mean(r['per_layer']['kurtosis_first']))   # the others: E_m
+
+
+def test_value_drain_on_hand_made_value_vectors():
+    """One layer's value vectors (B = 3 documents of 3, 2 and 1 tokens, H = 2 heads, d = 2), norms by hand.
+    Head 0: document 0 has ||v_0|| = ||(.3, .4)|| = .5 and rest norms 5, 1 (median 3): drain 1/6; document 1: 1 over
+    2: 1/2; document 2: ||v_0|| = 3, no rest. Head 1: 10 over median(2, 3) = 2.5: 4; 2 over 1: 2; ||v_0|| = 4. So
+    value_norm_first = (1.5, 16/3), value_drain = (1/3, 3), the layer's mean 5/3 and min 1/3. Layer 2 halves head 0's
+    v_0: drain (1/6, 3), norms (.75, 16/3). Summaries: E_m of the means, and the min over layers of the minimum."""
+    v = torch.full((3, 2, 3, 2), 50.0)                                                      # padding: 50s
+    v[0, 0] = torch.tensor([[.3, .4], [3, 4], [0, 1]])
+    v[0, 1] = torch.tensor([[6, 8], [0, 2], [0, 3]])
+    v[1, 0, :2] = torch.tensor([[1, 0], [0, 2]])
+    v[1, 1, :2] = torch.tensor([[0, 2], [0, 1]])
+    v[2, 0, 0], v[2, 1, 0] = torch.tensor([0, 3]), torch.tensor([4, 0])
+    v2 = v.clone()
+    v2[:, 0, 0] /= 2
+    mask = torch.arange(3)[None, :] < torch.tensor([3, 2, 1])[:, None]
+    s = Stats(2, 2)
+    s.update([torch.randn(3, 3, 4)] * 2, [torch.full((3, 2, 3, 3), 1 / 3)] * 2, mask, values=[v, v2])
+    r = s.result()
+    assert r['per_head']['value_norm_first'] == [pytest.approx([1.5, 16 / 3]), pytest.approx([.75, 16 / 3])]
+    assert r['per_head']['value_drain'] == [pytest.approx([1 / 3, 3]), pytest.approx([1 / 6, 3])]
+    assert r['per_layer']['value_drain'] == pytest.approx([5 / 3, 19 / 12])
+    assert r['per_layer']['value_drain_min'] == pytest.approx([1 / 3, 1 / 6])
+    assert r['per_layer']['value_norm_first'] == pytest.approx([41 / 12, 73 / 24])
+    assert (r['value_drain'], r['value_drain_min'], r['value_norm_first']) == pytest.approx((13 / 8, 1 / 6, 155 / 48))
+    no_values = Stats(1, 2)                                     # a Hugging Face model: no value vectors, NaN
+    no_values.update([torch.randn(3, 3, 4)], [torch.full((3, 2, 3, 3), 1 / 3)], mask)
+    assert math.isnan(no_values.result()['value_drain']) and math.isnan(no_values.result()['value_norm_first'])
+
+
+def test_unnormalised_rows_and_the_non_trigger_queries_on_hand_made_maps():
+    """Weights of ReLU attention, whose rows sum to anything: document 0 (tokens 5 7 9 7) has rows 1-3 summing to
+    2, .4 and 0, document 1 (tokens 7 5) row 1 to 1.2; padded queries' rows hold 5s. Over the 4 queries > 0: first-token mass
+    (1.5 + .2 + 0 + .9) / 4, row sum (2 + .4 + 0 + 1.2) / 4, nowhere (0 + .6 + 1 + 0) / 4 (the row above 1 counts 0),
+    one empty row. With token 7 a trigger, the non-trigger queries are document 0's position 2 and document 1's
+    position 1: (.2 + .9) / 2."""
+    p = torch.full((2, 1, 4, 4), 5.0)
+    p[0, 0] = torch.tensor([[2, 0, 0, 0], [1.5, .5, 0, 0], [.2, .1, .1, 0], [0, 0, 0, 0]])
+    p[1, 0, :2] = torch.tensor([[1, 0, 0, 0], [.9, .3, 0, 0]])
+    idx = torch.tensor([[5, 7, 9, 7], [7, 5, 0, 0]])
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    s = Stats(1, 1)
+    s.update([torch.randn(2, 4, 8)], [p], mask, queries=~torch.isin(idx, torch.tensor([7])))
+    r = s.result()
+    assert r['first_attn_mass'] == pytest.approx(2.6 / 4) and r['attn_row_sum'] == pytest.approx(3.6 / 4)
+    assert r['attn_nowhere'] == pytest.approx(1.6 / 4) and r['attn_empty'] == pytest.approx(1 / 4)
+    assert r['first_attn_mass_nontrigger'] == pytest.approx(1.1 / 2)
+    assert r['per_head']['first_attn_mass_nontrigger'] == [pytest.approx([0.55])]
+    s = Stats(1, 1)                                             # no filter: no such key
+    s.update([torch.randn(2, 4, 8)], [p], mask)
+    assert 'first_attn_mass_nontrigger' not in s.result() and 'first_attn_mass_nontrigger' not in s.result()['per_layer']
+
+
+def test_value_vectors_are_w_v_of_the_normalised_block_input():
+    """The model's trace['value'], which value_drain reads: per layer and query head, v = LN(x) W_v + b_v, x the
+    block's input (the embeddings, then the previous block's output), in float64 from the weights; with grouped-query
+    attention a key/value head serves its group of query heads; with a sink token, the real tokens only (their
+    positions start at 1)."""
+    for kw in (dict(n_head=4, n_kv_head=2), dict(sink_token=True)):
+        torch.manual_seed(0)
+        m = GPT(tiny_config(bias=True, n_embd=16, **kw)).eval()
+        idx = torch.randint(0, VOCAB, (2, 6))
+        with torch.no_grad():
+            _, _, trace = m(idx, analysis=True)
+        H, kv = m.config.n_head, m.config.kv_heads
+        d = 16 // H
+        x = m.transformer.wte.weight.double()[idx] + m.transformer.wpe.weight.double()[int(m.config.sink_token):][:6]
+        for layer, block in enumerate(m.transformer.h):
+            if layer:
+                x = trace['hidden'][layer - 1].double()
+            ln = block.ln_1
+            h = (x - x.mean(-1, keepdim=True)) / (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+            h = h * ln.weight.double() + ln.bias.double()
+            w, b = block.attn.c_attn.weight.double()[16 + kv * d:], block.attn.c_attn.bias.double()[16 + kv * d:]
+            v = (h @ w.T + b).view(2, 6, kv, d).transpose(1, 2).repeat_interleave(H // kv, dim=1)
+            assert trace['value'][layer].shape == (2, H, 6, d)
+            assert (trace['value'][layer].double() - v).abs().max() <= 1e-5
+
+
 def test_attention_metrics_on_hand_made_maps():
     p = torch.zeros(2, 2, 4, 4)
     p[0, 0] = torch.tensor([[1, 0, 0, 0], [.7, .3, 0, 0], [.2, .5, .3, 0], [.4, .1, .1, .4]])   # tie -> key 0
@@ -239,6 +341,39 @@ def test_sink_rate_of_uniform_attention_depends_on_the_document_length(tmp_path,
                                 quiet=True, sink_eps=eps)
     assert result['per_head']['sink_rate'] == [[pytest.approx(sinks / 5)] * 2] * 3
     assert result['sink_rate'] == pytest.approx(sinks / 5) and result['sink_eps'] == eps
+
+
+def test_first_attn_mass_nontrigger_follows_the_datas_triggers(tmp_path):
+    """meta.json's "triggers": first_attn_mass_nontrigger equals the mean, over the queries > 0 whose token is not a
+    trigger and the heads, of the model's attention on key 0, computed document by document here; without the key
+    the metric is absent; a malformed list is a one-line error."""
+    docs = random_docs()
+    data = write_docs(str(tmp_path / 'd'), docs)
+    meta_path = os.path.join(data, 'meta.json')
+    meta = json.load(open(meta_path))
+    triggers = [3, 5, 11, 20]
+    json.dump(dict(meta, triggers=triggers), open(meta_path, 'w'))
+    torch.manual_seed(0)
+    model = GPT(tiny_config()).eval()
+    lm = LoadedModel('t', model, 'ours', None, 32, VOCAB, {})
+    result, _ = measure.analyze(lm, data, None, 2, 'cpu', quiet=True)
+    mass, n = np.zeros(3), 0
+    for d in docs:
+        d = d[:32]
+        with torch.no_grad():
+            _, _, trace = model(torch.as_tensor(d)[None], analysis=True) if len(d) else (None, None, None)
+        for t in range(1, len(d)):
+            if d[t] not in triggers:
+                n += 1
+                mass += [trace['attn'][m][0, :, t, 0].double().mean().item() for m in range(3)]
+    assert n > 0 and result['per_layer']['first_attn_mass_nontrigger'] == pytest.approx(mass / n, rel=1e-6)
+    assert result['first_attn_mass_nontrigger'] != pytest.approx(result['first_attn_mass'], rel=1e-3)
+    json.dump(dict(meta, triggers=[3, 'x']), open(meta_path, 'w'))
+    with pytest.raises(ValueError, match='"triggers" must be a list of token ids') as e:
+        measure.analyze(lm, data, None, 2, 'cpu', quiet=True)
+    assert '\n' not in str(e.value)
+    json.dump(meta, open(meta_path, 'w'))
+    assert 'first_attn_mass_nontrigger' not in measure.analyze(lm, data, None, 2, 'cpu', quiet=True)[0]
 
 
 def test_pearson_matches_numpy_and_is_none_when_undefined():
@@ -361,20 +496,25 @@ def test_read_log_keeps_the_last_line_of_a_repeated_iteration(tmp_path):
     assert [(e['iter'], e['loss']) for e in train] == [(1, 3.5)] and [e['iter'] for e in val] == [0, 2]
 
 
-def write_probe_log(path, growth):
-    """A train.py log.jsonl whose evaluations carry probes; iteration 200 is logged twice (a resume), the later wins."""
+def write_probe_log(path, growth, triggers=False):
+    """A train.py log.jsonl whose evaluations carry probes; iteration 200 is logged twice (a resume), the later wins.
+    The first probe is from before attn_nowhere and the value drain were measured (an older log)."""
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, 'log.jsonl'), 'w') as f:
         for it, stale in ((0, False), (100, False), (200, True), (200, False)):
             k = -1.0 if stale else 3.0 + growth * it / 200
             probe = {'kurtosis_first': k, 'kurtosis_rest': 3.0, 'max_abs_first': 2 * k, 'max_abs_rest': 5.0,
                      'first_attn_argmax': 0.1 + it / 1000, 'first_attn_mass': 0.05, 'per_layer': {}, 'documents': 8}
+            if it:
+                probe.update(attn_nowhere=it / 1000, resid_peak=k, value_drain=1 / k, value_drain_min=0.5 / k)
+            if triggers:
+                probe['first_attn_mass_nontrigger'] = 0.5
             f.write(json.dumps({'event': 'eval', 'iter': it, 'val_loss': 3.0, 'tokens': it * 1024, 'probe': probe}) + '\n')
     return path
 
 
 def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkeypatch):
-    a, b = write_probe_log(str(tmp_path / 'vanilla'), 100.0), write_probe_log(str(tmp_path / 's1oa'), 1.0)
+    a, b = write_probe_log(str(tmp_path / 'vanilla'), 100.0), write_probe_log(str(tmp_path / 's1oa'), 1.0, True)
     old = write_checkpoint(str(tmp_path / 'old'))            # its log.jsonl holds no probe: left out of the figure
     figures = []
     monkeypatch.setattr(plots, '_save', lambda fig, path: figures.append(fig) or path)
@@ -387,6 +527,13 @@ def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkey
     assert list(act.lines[0].get_ydata()) == [6.0, 106.0, 206.0]
     assert list(attn.lines[0].get_ydata()) == pytest.approx([0.1, 0.2, 0.3])
     assert (kurt.get_yscale(), act.get_yscale(), attn.get_yscale()) == ('log', 'log', 'linear')   # 3 to 103: log
+    mass, peak, _, drain = figures[0].axes[3:7]      # the first-token mass beside the mass that went nowhere
+    assert [len(ax.lines) for ax in (mass, peak, drain)] == [2 + 3, 4, 4]    # the dotted non-trigger line: s1oa only
+    assert list(mass.lines[0].get_ydata()) == [0.05] * 3 and mass.lines[1].get_linestyle() == '--'
+    assert np.allclose(mass.lines[1].get_ydata(), [math.nan, 0.1, 0.2], equal_nan=True)   # the older probe: a gap
+    assert list(mass.lines[4].get_ydata()) == [0.5] * 3 and mass.lines[4].get_linestyle() == ':'
+    assert np.allclose(peak.lines[0].get_ydata(), [math.nan, 53, 103], equal_nan=True) and peak.get_yscale() == 'log'
+    assert np.allclose(drain.lines[1].get_ydata(), [math.nan, 0.5 / 53, 0.5 / 103], equal_nan=True)
     monkeypatch.undo()
     analyze.main(['--trajectories', a, b, '--plots', str(tmp_path / 'p')])
     data = (tmp_path / 'p' / 'trajectories.png').read_bytes()
@@ -443,6 +590,10 @@ def direct_metrics(per_doc):
         out['max_abs_rest'].append(np.mean([np.abs(h[1:]).max() for h in hs if len(h) > 1]))
         out['norm_ratio_first'].append(np.mean([np.abs(h[0]).max() / np.linalg.norm(h[0]) for h in hs]))
         out['norm_ratio_rest'].append(np.mean([np.abs(v).max() / np.linalg.norm(v) for h in hs for v in h[1:]]))
+        out['resid_norm_first'].append(np.mean([np.linalg.norm(h[0]) for h in hs]))
+        out['resid_peak'].append(np.mean([np.linalg.norm(h[0]) / np.median(np.linalg.norm(h[1:], axis=-1))
+                                          for h in hs if len(h) > 1]))
+        out['max_over_median_first'].append(np.mean([np.abs(h[0]).max() / np.median(np.abs(h[0])) for h in hs]))
         ps = [a[m].double().numpy() for _, a in per_doc]
         queries = [(p[:, t], t) for p in ps for t in range(1, p.shape[-1])]          # (H, T) rows, query t > 0
         heads = [(row[h, :t + 1], t) for row, t in queries for h in range(row.shape[0])]   # one (query, head) each
@@ -450,6 +601,7 @@ def direct_metrics(per_doc):
         out['first_attn_mass'].append(np.mean([row[:, 0].mean() for row, _ in queries]))
         out['attn_nowhere'].append(np.mean([(1 - row.sum(-1)).mean() for row, _ in queries]))
         out['attn_empty'].append(np.mean([h.max() <= 0 for h, _ in heads]))
+        out['attn_row_sum'].append(np.mean([row.sum(-1).mean() for row, _ in queries]))
     return out
 
 
@@ -489,7 +641,8 @@ def test_hf_gpt2_metrics_agree_with_output_hidden_states(docs_dir, tmp_path):
                                   bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)
     model = transformers.GPT2LMHeadModel(cfg)
     result = check_hf_model(tmp_path, model, lambda m: m.transformer.ln_f, docs_dir, bos=None)
-    assert result['attn_nowhere'] == pytest.approx(0, abs=1e-6)
+    assert result['attn_nowhere'] == pytest.approx(0, abs=1e-6) and result['attn_row_sum'] == pytest.approx(1)
+    assert math.isnan(result['value_drain']) and math.isnan(result['per_head']['value_norm_first'][0][0])   # ours only
     norms, moments, _ = measure.optimizer_basis(runs.load_model(str(tmp_path / 'hf')))
     w = model.transformer.h[1].mlp.c_proj.weight            # Conv1D: (in, out)
     assert np.allclose(norms[1], w.norm(dim=0).detach().numpy()) and moments == [None] * 3

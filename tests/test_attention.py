@@ -47,6 +47,13 @@ def softpick(s, visible, c):
     return torch.relu(e) / (e.abs().sum(-1, keepdim=True) + 1e-8)
 
 
+def relu_attention(s, visible, c):
+    """Guo et al. (2024): ReLU(s_ij) / i over the visible keys j, i the query's 1-based position (their code divides
+    row i of the ReLU'd scores by i); no normalisation."""
+    i = torch.arange(1, s.size(-2) + 1, dtype=torch.float64)[:, None]
+    return torch.relu(s) * visible / i
+
+
 # attn -> its weights over the real keys, from the float64 scores s (B, H, T, T), the visible mask and the config
 REFERENCES = {
     'softmax': lambda s, visible, c: softmax_with(s, visible),
@@ -55,6 +62,7 @@ REFERENCES = {
     'clipped': clipped_softmax,                                                # clip((zeta - gamma) softmax + gamma, 0, 1)
     'sigmoid': sigmoid_attention,                                              # sigmoid(s + b), not normalised
     'softpick': softpick,
+    'relu': relu_attention,                                                    # ReLU(s) / i, not normalised
 }
 
 
@@ -215,6 +223,19 @@ def test_softpick_is_exact_near_zero_and_for_logits_whose_exp_overflows(scale):
     want, = torch.autograd.grad(((ref @ v.double()) * g).sum(), x)
     assert torch.isfinite(got).all() and (got - want).abs().max() <= 1e-5 * want.abs().max()
     empty = attention_probs(q.abs(), -q.abs(), cfg)      # every logit <= 0
+    assert torch.equal(empty, torch.zeros_like(empty))
+
+
+def test_relu_attention_divides_by_the_query_position_and_is_not_normalised():
+    """Head size 1, q = (1, 2, 3), k = (2, -1, 3): logits s_ij = q_i k_j, so by hand row 0 = ReLU(2) / 1 = 2, row 1 =
+    ReLU(4, -2) / 2 = (2, 0), row 2 = ReLU(6, -3, 9) / 3 = (2, 0, 3): rows summing to 2, 2 and 5. The last query alone
+    after a cache of two keys (S = 3, T = 1) is still divided by its position 3."""
+    cfg = cfg_for('relu')
+    q, k = torch.tensor([1.0, 2.0, 3.0]).view(1, 1, 3, 1), torch.tensor([2.0, -1.0, 3.0]).view(1, 1, 3, 1)
+    p = attention_probs(q, k, cfg)
+    assert p[0, 0].tolist() == [[2, 0, 0], [2, 0, 0], [2, 0, 3]]
+    assert attention_probs(q[:, :, 2:], k, cfg)[0, 0].tolist() == [[2, 0, 3]]
+    empty = attention_probs(-q, k.abs(), cfg)      # every logit < 0: the query attends nowhere
     assert torch.equal(empty, torch.zeros_like(empty))
 
 

@@ -128,14 +128,14 @@ def test_analysis_path_returns_what_training_path_computes(variant, prefix):
     assert (last - logits).abs().max() <= 1e-5
     stats = measure.Stats(cfg.n_layer, cfg.n_head)   # analyze.py's metrics of it: finite, shares within [0, 1]
     with torch.no_grad():
-        stats.update(trace['hidden'], trace['attn'], torch.ones(2, 12, dtype=torch.bool), trace.get('sink'))
+        stats.update(trace['hidden'], trace['attn'], torch.ones(2, 12, dtype=torch.bool), trace.get('sink'), trace['value'])
     result = stats.result()
-    for key in measure.ATTN_METRICS + ('sink_rate',):
-        assert 0 <= result[key] <= 1, (key, result[key])
-    assert all(math.isfinite(result[k]) for k in measure.HIDDEN_METRICS)
+    for key in measure.ATTN_METRICS + ('sink_rate',):   # shares and masses in [0, 1]; a row's sum need not be
+        assert 0 <= result[key] <= (math.inf if key == 'attn_row_sum' else 1), (key, result[key])
+    assert all(math.isfinite(result[k]) for k in measure.HIDDEN_METRICS + measure.VALUE_METRICS)
     rows = trace['attn'][1].sum(-1)
     if variant in ('softmax', 'gated'):
-        assert torch.allclose(rows, torch.ones_like(rows), atol=1e-6)
+        assert torch.allclose(rows, torch.ones_like(rows), atol=1e-6) and result['attn_row_sum'] == pytest.approx(1)
     elif variant in ('softmax1', 'attn_bias'):
         assert (rows < 1).all() and (rows > 0).all()
     elif variant == 'sink_token':   # real keys plus the sink make a softmax row
@@ -246,6 +246,37 @@ def test_gpt2_initialisation_statistics():
         assert proj.bias.abs().max() == 0
 
 
+@pytest.mark.parametrize('tie', [True, False])
+def test_torch_initialisation_statistics(tie):
+    """init='torch', PyTorch's layer defaults: every Linear weight and bias in [-b, b], b = 1 / sqrt(fan_in), with
+    U(-b, b)'s standard deviation b / sqrt(3) and its largest |value| near b; the token and position embeddings (the
+    tied head too) and the sink token N(0, 1); norms weight 1, bias 0. Tolerances: 5 standard errors of the statistic
+    over the n values (a sample std: sigma / sqrt(2 n) for a normal, sigma / sqrt(5 n) for a uniform, whose fourth
+    moment is b^4 / 5; a mean: sigma / sqrt(n)); max |x| < b (1 - 20 / n) has probability (1 - 20 / n)^n < e^-20."""
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=1000, bias=True, sink_token=True,
+                    tie_embeddings=tie, init='torch')
+    torch.manual_seed(0)
+    m = GPT(cfg)
+    block = m.transformer.h[1]
+    uniform = [(block.attn.c_attn, 64), (block.attn.c_proj, 64), (block.mlp.c_fc, 64), (block.mlp.c_proj, 256)]
+    if not tie:
+        uniform.append((m.lm_head, 64))
+    for layer, fan_in in uniform:
+        b = 1 / math.sqrt(fan_in)
+        for p in [layer.weight] + ([layer.bias] if layer.bias is not None else []):
+            x, n = p.detach().double(), p.numel()
+            assert x.abs().max() <= b and x.abs().max() > b * (1 - 20 / n)
+            assert abs(x.std().item() - b / math.sqrt(3)) <= 5 * (b / math.sqrt(3)) / math.sqrt(5 * n)
+            assert abs(x.mean().item()) <= 5 * (b / math.sqrt(3)) / math.sqrt(n)
+    normal = [m.transformer.wte.weight, m.transformer.wpe.weight, m.sink] + ([m.lm_head.weight] if tie else [])
+    for p in normal:
+        x, n = p.detach().double(), p.numel()
+        assert abs(x.std().item() - 1) <= 5 / math.sqrt(2 * n) and abs(x.mean().item()) <= 5 / math.sqrt(n)
+    assert (m.lm_head.weight is m.transformer.wte.weight) == tie
+    for norm in (block.ln_1, block.ln_2, m.transformer.ln_f):
+        assert torch.equal(norm.weight, torch.ones(64)) and torch.equal(norm.bias, torch.zeros(64))
+
+
 def test_num_params_and_flops_match_hand_count():
     C, L, V, T = 16, 2, 64, 12   # vocab 50 is padded to 64
     m = GPT(tiny(bias=False, norm='rmsnorm_single'))
@@ -282,6 +313,7 @@ MLPS = {
     'gelu': lambda x, lin: lin('c_proj', 0.5 * lin('c_fc', x) * (1 + torch.erf(lin('c_fc', x) / math.sqrt(2)))),
     'gelu_tanh': lambda x, lin: lin('c_proj', gelu_tanh(lin('c_fc', x))),
     'swiglu': lambda x, lin: lin('c_proj', lin('c_gate', x) * torch.sigmoid(lin('c_gate', x)) * lin('c_fc', x)),
+    'relu': lambda x, lin: lin('c_proj', lin('c_fc', x).clamp_min(0)),     # max(0, x W_fc + b) W_proj + b, no gate
 }
 
 
@@ -365,7 +397,7 @@ def test_position_encodings_against_formulas(pos_emb):
     assert (attn.double() - torch.softmax(s, -1)).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize('field,value', [('attn', 'softmax2'), ('norm', 'batchnorm'), ('pos_emb', 'alibi'), ('mlp', 'relu')])
+@pytest.mark.parametrize('field,value', [('attn', 'softmax2'), ('norm', 'batchnorm'), ('pos_emb', 'alibi'), ('mlp', 'geglu')])
 def test_invalid_choice_names_field_and_allowed_values(field, value):
     with pytest.raises(ValueError, match=rf"GPTConfig\.{field}=.*allowed: "):
         tiny(**{field: value})

@@ -103,14 +103,16 @@ def test_analysis_matches_a_direct_computation_and_through_from_hf(smol):
             count += idx.size(1) - 1
     expected = direct_metrics(per_doc)
     for k in ('first_attn_argmax', 'first_attn_mass', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first',
-              'norm_ratio_rest'):
+              'norm_ratio_rest', 'resid_norm_first', 'resid_peak', 'max_over_median_first', 'attn_row_sum'):
         assert result['per_layer'][k] == pytest.approx(expected[k], rel=1e-4, abs=1e-6), k
     assert result['ppl'] == pytest.approx(math.exp(total / count), rel=1e-5)
     assert result['first_attn_argmax'] > 0.3 and result['kurtosis_first'] > 100    # the phenomena, on 4 sentences
     ours = runs.LoadedModel(path, GPT.from_hf(hf, block_size=64), 'ours', 1, 64, 49152, {}, tok.record())
     same, _ = measure.analyze(ours, data, None, 4, 'cpu')
-    for k in ('ppl', 'first_attn_argmax', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first'):
+    for k in ('ppl', 'first_attn_argmax', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'resid_peak'):
         assert same[k] == pytest.approx(result[k], rel=1e-3), k
+    # Guo et al.'s residual-state peak and value drain (measured: 181 and a head at 0.077); values: ours only
+    assert same['resid_peak'] > 10 and same['value_drain_min'] < 0.5 and math.isnan(result['value_drain'])
 
 
 def test_data_in_another_vocabulary_is_refused(smol, tmp_path):

@@ -81,7 +81,8 @@ def test_last_probe_equals_analyze_on_the_final_checkpoint(bigram_data, tmp_path
     ref, probe = json.load(open(json_path)), evals[-1]['probe']
     keys = set(ref['per_layer'])
     assert keys >= {'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'first_attn_argmax',
-                    'first_attn_mass'}
+                    'first_attn_mass', 'attn_nowhere', 'attn_row_sum', 'resid_norm_first', 'resid_peak',
+                    'max_over_median_first', 'value_norm_first', 'value_drain', 'value_drain_min'}
     assert ('sink_kurtosis' in keys) == ('--sink_token=True' in variant)
     assert set(probe) == keys | {'per_layer', 'documents'} and set(probe['per_layer']) == keys
     assert probe['documents'] == ref['data']['documents'] > 0
@@ -131,6 +132,23 @@ def test_probe_docs_zero_logs_no_probe(bigram_data, tmp_path):
     evals = [json.loads(line) for line in open(os.path.join(out, 'log.jsonl')) if '"eval"' in line]
     assert len(evals) == 2 and not any('probe' in e for e in evals)
     assert json.load(open(os.path.join(out, 'config.json')))['probe_docs'] == 0
+
+
+def test_probe_reads_the_datas_triggers_and_refuses_a_malformed_list_in_one_line(tmp_path):
+    """meta.json's "triggers": the probe carries first_attn_mass_nontrigger (summary and per layer); a list that is
+    not token ids stops the run with one line naming the file and the key."""
+    data = write_dataset(str(tmp_path / 'data'))
+    path = os.path.join(data, 'meta.json')
+    meta = json.load(open(path))
+    json.dump(dict(meta, triggers=[1, 2, 3]), open(path, 'w'))
+    out = str(tmp_path / 'run')
+    train.train(config(data, out, '--max_iters=1', '--probe_docs=4'))
+    probe = [json.loads(line) for line in open(os.path.join(out, 'log.jsonl')) if '"eval"' in line][-1]['probe']
+    assert 0 < probe['first_attn_mass_nontrigger'] < 1 and len(probe['per_layer']['first_attn_mass_nontrigger']) == 2
+    json.dump(dict(meta, triggers='1 2 3'), open(path, 'w'))
+    with pytest.raises(train_config.TrainingError, match='"triggers" must be a list of token ids') as e:
+        train.train(config(data, str(tmp_path / 'bad'), '--max_iters=1', '--probe_docs=4'))
+    assert '\n' not in str(e.value) and 'meta.json' in str(e.value)
 
 
 def test_schedule_warmup_cosine_floor():
