@@ -221,3 +221,15 @@ def test_an_archive_without_the_artifacts_leaves_no_partial_file(tmp_path, monke
         (tmp_path / "out" / "y.jsonl.xz").write_text("mine")
         pinned_corpus.write_archive(tmp_path / "out" / "y.jsonl.xz", [])
     assert (tmp_path / "out" / "y.jsonl.xz").read_text() == "mine"
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_an_audit_of_an_empty_evaluation_slice_is_refused(tmp_path, monkeypatch, capsys, value):
+    # before: a report of a slice holding nothing (every gap about -14%), exit 0
+    monkeypatch.setattr(pinned_corpus, "documents", lambda *a, **kw: pytest.fail("the corpus was read"))
+    with pytest.raises(SystemExit) as e:
+        corpus.main(["audit", "--eval_tokens", value, "--cache", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err[-1].endswith(
+        f"error: argument --eval_tokens: {value} is not allowed: a finite integer >= 1: the evaluation slice is the "
+        f"first N tokens of val.bin")
