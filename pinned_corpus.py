@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Iterator
 
 import corpus_clean
+import corpus_schema
 from corpus_clean import BOILER_MIN, BOILER_SHARE, MAX_CHARS, MIN_CHARS, drop_boilerplate, pieces
 from corpus_text import UnknownFormat, attach_names, code_like, member_documents, normalise
 from fileio import corpus_cache, disk_full, file_sha256, lock_folder, release_lock
@@ -95,10 +96,17 @@ def find_archive(root=".") -> str | None:
 
 
 def load_manifest(path=MANIFEST) -> dict:
+    """The manifest, checked against its schema (corpus_schema.py): a hand-edited entry that breaks it is one line
+    naming the entry."""
+    name = Path(path).name
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise CorpusError(f"cannot read the corpus manifest {Path(path).name}: {e}") from None
+        raise CorpusError(f"cannot read the corpus manifest {name}: {e}") from None
+    if problem := corpus_schema.problem(manifest):
+        raise CorpusError(f"{name}: {problem}: fix that entry (docs/data.md lists the manifest's keys) or restore the "
+                          f"file (git checkout {name})")
+    return manifest
 
 
 def subset_sources(manifest: dict, subset: str) -> list[dict]:
