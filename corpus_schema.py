@@ -100,7 +100,8 @@ def problem(manifest) -> str | None:
         return f"\"sources\" is {'an empty list' if sources == [] else kind_of(sources)}, not a list of sources"
     seen = set()
     for k, src in enumerate(sources):
-        where = f"sources[{k}]" + (f" ({src['id']})" if isinstance(src, dict) and isinstance(src.get("id"), str) else "")
+        named = isinstance(src, dict) and isinstance(src.get("id"), str)
+        where = f"sources[{k}]" + (f" ({src['id']})" if named else "")
         if p := source_problem(src, where):
             return p
         if src["id"] in seen:
