@@ -5,7 +5,7 @@ The pinned corpus's command line, over the library pinned_corpus.py (corpus_mani
     python corpus.py fetch --subset full       # ... and the large corpus's (Debian .deb files by URL too)
     python corpus.py stats --subset cpu        # documents, characters, GPT-2 tokens per source; prose-vs-code share
     python corpus.py stats --subset cpu --markdown   # ... as docs/data.md's table
-    python corpus.py audit --subset cpu        # the quality report: split shares, leakage, duplicates, markup left
+    python corpus.py audit --subset cpu        # the quality report: split shares, leakage, duplicates, markup, whitespace
     python corpus.py archive                   # the archive subset as one file, data/corpus-archive.jsonl.xz
     python corpus.py record --subset cpu       # maintainers: write the measured sha256s and counts into the manifest
     python corpus.py record --subset archive --archive FILE   # ... and pin an archive file's content

@@ -44,7 +44,7 @@ from corpus_text import UnknownFormat, attach_names, code_like, member_documents
 from fileio import corpus_cache, disk_full, file_sha256, lock_folder, release_lock
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
-EXTRACT_VERSION = 6  # bump when extraction or cleaning changes: cached extractions of another version are redone
+EXTRACT_VERSION = 7  # bump when extraction or cleaning changes: cached extractions of another version are redone
 ARCHIVE_CHARS = 230_000_000  # the archive holds all of val, then train documents by sha256 up to this many characters
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 NPM_TARBALL = "https://registry.npmjs.org/{name}/-/{base}-{version}.tgz"
