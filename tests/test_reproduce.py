@@ -311,7 +311,7 @@ def test_goal_with_a_perplexity_of_zero_is_missing_not_a_traceback(capsys, tmp_p
     finished_rows(out, ['gpt2_60m_vanilla', 'gpt2_60m_s1oa'], good)
     code, message, printed = exit_of(capsys, 'table2', '--scale', 'smoke', '--rows', 'gpt2_60m_vanilla',
                                      'gpt2_60m_s1oa', '--out', out, '--render', '--goal')
-    assert code == 1 and 'goal of issue 27 is not met' in message and 'Traceback' not in printed
+    assert code == 1 and 'the sink goal is not met' in message and 'Traceback' not in printed
     assert 'MISSING: s1+OA PPL within 2% of vanilla' in printed and 'met: vanilla first_attn_argmax' in printed
 
 
