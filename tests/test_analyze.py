@@ -373,6 +373,7 @@ def write_probe_log(path, growth):
     return path
 
 
+@pytest.mark.slow   # a figure drawn
 def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkeypatch):
     a, b = write_probe_log(str(tmp_path / 'vanilla'), 100.0), write_probe_log(str(tmp_path / 's1oa'), 1.0)
     old = write_checkpoint(str(tmp_path / 'old'))            # its log.jsonl holds no probe: left out of the figure
@@ -401,6 +402,7 @@ def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkey
     assert e.value.code == 2
 
 
+@pytest.mark.slow   # analyze.py as a subprocess
 def test_trajectories_refuse_a_plots_path_they_cannot_write_before_drawing(tmp_path):
     """Issue 36, cases 28-29: --plots FILE (a FileExistsError) and --plots on a read-only filesystem (an OSError from
     the figure's save) are one line."""
@@ -482,6 +484,7 @@ def check_hf_model(tmp_path, model, final_norm, docs_dir, bos):
     return result
 
 
+@pytest.mark.slow   # a public model through transformers
 def test_hf_gpt2_metrics_agree_with_output_hidden_states(docs_dir, tmp_path):
     transformers = pytest.importorskip('transformers')
     torch.manual_seed(0)
@@ -495,6 +498,7 @@ def test_hf_gpt2_metrics_agree_with_output_hidden_states(docs_dir, tmp_path):
     assert np.allclose(norms[1], w.norm(dim=0).detach().numpy()) and moments == [None] * 3
 
 
+@pytest.mark.slow   # a public model through transformers
 def test_hf_llama_gets_bos_and_metrics_agree(docs_dir, tmp_path):
     transformers = pytest.importorskip('transformers')
     torch.manual_seed(0)
@@ -520,6 +524,7 @@ def test_hf_weights_not_on_this_machine_is_a_one_line_error(monkeypatch, tmp_pat
 
 
 # ----------------------------------------------------------------------------- command line
+@pytest.mark.slow   # analyze.py as a user runs it, figures drawn
 def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     a = write_checkpoint(str(tmp_path / 'base'))
     b = write_checkpoint(str(tmp_path / 's1oa'), optimizer='orthoadam', attn='softmax1', norm='rmsnorm_single', seed=1)

@@ -11,6 +11,8 @@ import reproduce
 from conftest import ROOT
 from dataset import prepare_bigram_backcopy
 
+pytestmark = pytest.mark.slow   # reproduce.py sweeps: trainings
+
 # the paper's words for our config values (Table 5's label columns)
 NORM = {'layernorm': 'LayerNorm', 'rmsnorm': 'RMSNorm-M', 'rmsnorm_single': 'RMSNorm-S'}
 POS = {'absolute': 'Absolute', 'rotary': 'Rotary', 'none': 'None'}
