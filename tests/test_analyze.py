@@ -645,3 +645,50 @@ def test_perplexity_leaves_out_the_targets_a_free_prefix_lets_the_model_see(tmp_
     want = [-logp[0, t, idx[0, t + 1]] for t in range(3, 11)] + [-logp[1, t, idx[1, t + 1]] for t in range(3, 6)]
     assert measure.seen_targets(lm) == 3 and n == len(want) == 11
     assert abs(nll - float(sum(want))) < 1e-6 * len(want) * 10
+
+
+@pytest.mark.slow   # figures drawn, a script as a subprocess
+@pytest.mark.parametrize('n_layer', [4, 2])   # analyze.py's Appendix K figure: 4 panels, or 3 for 2-3 layers
+def test_the_readme_figure_takes_the_hidden_states_and_the_mean_attention_panel(tmp_path, n_layer):
+    """docs/front_figure.py puts hidden_states.png beside the first panel (mean over layers) of attention_layers.png,
+    pixels copied. The mean map is drawn all at its colour bar's top (viridis yellow), every single layer at a quarter
+    of it (one cell aside), so the cut is right when the copied part holds that yellow image whole and the rest of
+    the figure next to none."""
+    import subprocess
+    import matplotlib.image as mpimg
+    T = 32
+    mean = np.tril(np.ones((T, T)))
+    layer = 0.25 * mean
+    layer[-1, 0] = 1.0                                         # one cell sets the colour scale: the rest is not yellow
+    ex = {'attn': mean, 'attn_layers': [layer] * n_layer, 'hidden': np.abs(np.random.default_rng(0).normal(size=(T, 40)))}
+    folder = tmp_path / 'model'
+    folder.mkdir()
+    plots.plot_hidden_states([('model', ex)], str(folder / 'hidden_states.png'))
+    plots.plot_attention_layers([('model', ex)], str(folder / 'attention_layers.png'))
+    out = tmp_path / 'front.png'
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs', 'front_figure.py')
+    r = subprocess.run([sys.executable, script, str(folder), '--out', str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+    def yellow(img):                                           # viridis(1.0) = (0.993, 0.906, 0.144)
+        return (np.abs(img[..., :3] - np.array([0.993, 0.906, 0.144])).max(-1) < 0.05).sum()
+    hidden = mpimg.imread(folder / 'hidden_states.png')
+    layers = mpimg.imread(folder / 'attention_layers.png')
+    front = mpimg.imread(out)
+    copied = front[:, hidden.shape[1]:]                        # the attention part (and the gap before it)
+    triangle = T * (T + 1) / 2 / T ** 2                        # share of the image the mean map fills
+    assert yellow(copied) > 0.9 * triangle * (layers.shape[0] * 0.5) ** 2 / 4   # a whole image of yellow, roughly
+    rest = yellow(layers) - yellow(copied)
+    assert 0 <= rest < 0.05 * yellow(copied)                  # what was left: the other colour bars' tops only
+    # Every panel after the first is as wide as the distance from one image's left edge to the next one's (the same
+    # labels, constrained layout), so what was cut away is (panels - 1) of those distances, within a few pixels.
+    near = lambda img, rgb: np.abs(img[..., :3] - np.array(rgb)).max(-1) < 0.05
+    image = (near(layers, [0.267, 0.005, 0.329]) | near(layers, [0.231, 0.322, 0.545])).sum(0)   # viridis(0), (0.25)
+    columns = np.flatnonzero(image > 0.5 * image.max())
+    lefts = columns[np.r_[True, np.diff(columns) > 1]]         # each image's left edge
+    panels = 3 if n_layer < 4 else 4
+    assert len(lefts) == panels
+    width = copied.shape[1] - 24                               # the copied panel, after the gap between the two
+    assert abs((layers.shape[1] - width) - (panels - 1) * (lefts[2] - lefts[1])) <= 8
+    r = subprocess.run([sys.executable, script, str(tmp_path / 'nothing')], capture_output=True, text=True)
+    assert r.returncode != 0 and r.stderr.count('\n') == 1 and 'has no hidden_states.png' in r.stderr
