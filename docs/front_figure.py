@@ -21,7 +21,7 @@ from fileio import check_output, disk_full, disk_full_text, temporary  # noqa: E
 GAP = 24          # white pixels between panels and between rows
 
 
-def white_runs(mask):
+def true_runs(mask):
     """(start, end) of each run of True in a 1-D mask."""
     edges = np.flatnonzero(np.diff(np.r_[0, mask.astype(np.int8), 0]))
     return list(zip(edges[::2], edges[1::2]))
@@ -43,13 +43,13 @@ def first_panel(img):
     colour bar (text is broken by the spaces between letters); the cut is the widest all-white gap between the first
     colour bar and the second image: the space between two panels, wider than a label's padding."""
     white = img.min(-1) > 0.99
-    rows = white_runs(white.all(1))
+    rows = true_runs(white.all(1))
     top = (rows[1][0] + rows[1][1]) // 2 if len(rows) > 1 and rows[0][0] == 0 else 0   # below the title line
     runs = longest_run(~white[top:])
-    blocks = white_runs(runs >= 0.6 * runs.max())              # image 1, colour bar 1, image 2, ...
+    blocks = true_runs(runs >= 0.6 * runs.max())              # image 1, colour bar 1, image 2, ...
     if len(blocks) < 3:
         sys.exit("front_figure.py: error: attention_layers.png has one panel only; draw attention_map.png instead")
-    gaps = [(a, b) for a, b in white_runs(white[top:].all(0)) if blocks[1][1] < a and b <= blocks[2][0]]
+    gaps = [(a, b) for a, b in true_runs(white[top:].all(0)) if blocks[1][1] < a and b <= blocks[2][0]]
     a, b = max(gaps, key=lambda g: g[1] - g[0]) if gaps else (blocks[1][1], blocks[2][0])
     right = (a + b) // 2
     return img[top:, :right]
