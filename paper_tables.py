@@ -130,7 +130,7 @@ TABLES = {
             ('11_clipped_orthoadam', 'clipped softmax', 'OrthoAdam'), ('12_softpick', 'softpick', 'Adam'),
             ('13_relu', 'ReLU', 'Adam'))]),
     'pilots': Table(
-        "Pilots of issue 27 (ours): vanilla 60M, a BOS at position 0 of every window or not, weight decay 0.1 or "
+        "The sink pilots (ours): vanilla 60M, a BOS at position 0 of every window or not, weight decay 0.1 or "
         "0.5 on matrices; the trajectories (pilots_trajectories.png) show when the sink appears",
         ('BOS at 0', 'Weight decay'),
         (('PPL', 'analysis', 'ppl', '.2f', False), ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False),

@@ -1,7 +1,8 @@
-"""The sink recipe of `reproduce.py --scale gpu` (issue 27) as data, and what a row of it needs around training:
+"""The sink recipe of `reproduce.py --scale gpu` as data, and what a row of it needs around training:
 its knobs with their evidence (RECIPE, docs/reproducing.md says the same at length), the state of a row's run from
 its log.jsonl (finished, stopped at a job's time budget, diverged), one tarball of a row's results (pack_run), and
-the check whether the vanilla and softmax-1 + OrthoAdam rows meet the issue's goal (check_goal).
+the check whether the vanilla and softmax-1 + OrthoAdam rows meet the sink goal (check_goal: a vanilla row with a
+sink and outliers, a softmax-1 + OrthoAdam row without them at the same perplexity).
 
     python reproduce.py table2 --scale gpu --rows gpt2_60m_vanilla --job_minutes 6 --pack out/pack
     python reproduce.py table2 --scale gpu --rows gpt2_60m --render --goal
@@ -132,13 +133,13 @@ def pack_runs(run_dirs, folder, extra=()):
     return missing
 
 
-# ----------------------------------------------------------------------------- the goal of issue 27
+# ----------------------------------------------------------------------------- the sink goal (issue 27)
 GOAL_RATIO = 5.0      # vanilla's quantisation penalty at least this many times softmax-1 + OrthoAdam's
 GOAL_FLOOR = 0.01     # PPL: a penalty below this counts as this much (a ratio to ~0 means nothing)
 
 
 def check_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
-    """Whether the vanilla and softmax-1 + OrthoAdam rows meet issue 27's goal. vanilla, s1oa: analyze.py --json
+    """Whether the vanilla and softmax-1 + OrthoAdam rows meet the sink goal. vanilla, s1oa: analyze.py --json
     results (ppl, kurtosis_first, kurtosis_rest, first_attn_argmax); *_quant: eval_quant.py's model entry (its
     'delta' per scheme), or None to leave the quantisation criteria out. Returns [(criterion, value, ok)] with ok
     None where a value is missing."""
@@ -171,4 +172,4 @@ def goal_text(results):
     lines = [f"{'met' if ok else 'MISSING' if ok is None else 'not met'}: {name}"
              + ('' if value is None else f" ({value:.4g})") for name, value, ok in results]
     verdict = all(ok for _, _, ok in results)
-    return lines + [f"goal of issue 27: {'met' if verdict else 'not met'}"], verdict
+    return lines + [f"sink goal: {'met' if verdict else 'not met'}"], verdict

@@ -9,13 +9,13 @@
     python reproduce.py table5 --render                        # tables from the results that exist
 
 Tables: table2 (main results), table3 (quantisation), table5 (ablation), table6 (sequence length), pilots
-(issue 27's sink pilots: vanilla 60M, BOS x weight decay, config/pilots/), and mitigations (ours: the paper's
+(the sink pilots: vanilla 60M, BOS x weight decay, config/pilots/), and mitigations (ours: the paper's
 fixes beside other published ones, config/mitigations/). Each row is a
 config file in config/<table>/ (shared settings live in the files they include); the paper's published
 numbers sit in paper_tables.TABLES and are printed beside ours.
 
-Scales: `paper` runs the config files as written (C4, GPUs). `gpu` trains every row with the sink recipe of
-issue 27 (recipe.py) at a size whose row fits one 15-minute H100 session (SCALES['gpu'] says how; the data,
+Scales: `paper` runs the config files as written (C4, GPUs). `gpu` trains every row with the sink recipe
+(recipe.py) at a size whose row fits one 15-minute H100 session (SCALES['gpu'] says how; the data,
 tokens per run and expected wall time are printed before anything runs). `mini` and `smoke` shrink every row the
 same way, keeping each row's differences: n_layer and the number of heads are multiplied by `depth`
 and `width` (head size kept), block_size by `seq`, and a row trains `iters` iterations times its
@@ -103,7 +103,7 @@ SCALES = {
                        compile=False, eval_tokens=32_768, device='cpu'),
         max_docs=200, batch_size=50),
     'gpu': Scale(
-        "one H100 session per row (15 device minutes, two jobs of <= 10): the sink recipe of issue 27 on every row "
+        "one H100 session per row (15 device minutes, two jobs of <= 10): the sink recipe on every row "
         "(windows start at documents, an end-of-text token at position 0; weight decay 0.5 on matrices with "
         "AdamW, OrthoAdam and Muon; each row's own learning rate; recipe.py, docs/reproducing.md); the rows of up "
         "to 130M parameters at their own shapes "
@@ -619,7 +619,7 @@ def main(argv=None):
     p.add_argument('--pack', metavar='DIR', help="after rendering, pack each row's results and the tables' files into "
                    "DIR/<run>.tar.gz (<= 16 MiB each: recipe.pack_run)")
     p.add_argument('--goal', action='store_true', help="check the 60M vanilla and softmax-1 + OrthoAdam rows against "
-                   "issue 27's goal (recipe.check_goal); exit 1 when it is not met")
+                   "the sink goal (recipe.check_goal); exit 1 when it is not met")
     p.add_argument('--allow_cpu', action='store_true', help='start the paper or gpu scale on a machine without a CUDA '
                    'GPU (days of work; without this flag such a run shows its plan and stops)')
     args = p.parse_args(argv)   # the numbers are checked where they are parsed (fileio.number)
@@ -681,7 +681,7 @@ def main(argv=None):
         if unpacked:   # a script or a GPU job must not read success when a pack is missing
             sys.exit(f"reproduce.py: error: {len(unpacked)} of {len(runs)} row(s) not packed: " + '; '.join(unpacked))
         if not met:
-            sys.exit("reproduce.py: the goal of issue 27 is not met (the lines above say which part)")
+            sys.exit("reproduce.py: the sink goal is not met (the lines above say which part)")
     except SweepError as e:
         sys.exit(f'reproduce.py: error: {e}')
 

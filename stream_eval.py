@@ -29,7 +29,7 @@ the current window only. So the two perplexities differ, in either direction, ev
 layer: equal, as the tests check). Measured on SmolLM2-135M-Instruct, k = 1, over text of this repository
 (docs/public-models.md, BOS first, the tokens after the cache filled): W = 64, 190 tokens, PPL 62.67 cached and
 64.87 recomputed (+3.5%); W = 128, 254 tokens, 19.25 cached and 17.82 recomputed (-7.4%). A difference of about
-9% on SmolLM2 (issue 28) is of this kind, not an error of the cache.
+9% on SmolLM2, once reported as a suspected bug, is of this kind, not an error of the cache.
 
 Reference (no window): the ordinary perplexity of the same tokens, one forward pass over the whole stream when it
 fits in block_size, else windows of block_size tokens every block_size / 2 tokens, each token scored once with at

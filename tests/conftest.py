@@ -89,6 +89,9 @@ def pytest_configure(config):
                             'torch.jit._script')
     config.addinivalue_line('markers', 'gpu: run on CUDA by gpu_suite.py (python -m pytest -m gpu tests); tests/test_gpu.py '
                             'skips without CUDA, the Triton kernels\' tests run in the interpreter there')
+    config.addinivalue_line('markers', 'slow: left out of the quick tier (python -m pytest -q -m "not slow" tests): '
+                            'trainings, torchrun, the corpus, fault injection, public models, torch.compile, the Triton '
+                            'interpreter, scripts run as subprocesses; the full suite runs them (docs/tests.md)')
 
 
 def read_only_run(cmd, folder, cwd=ROOT, timeout=300):

@@ -513,6 +513,7 @@ def write_probe_log(path, growth, triggers=False):
     return path
 
 
+@pytest.mark.slow   # a figure drawn
 def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkeypatch):
     a, b = write_probe_log(str(tmp_path / 'vanilla'), 100.0), write_probe_log(str(tmp_path / 's1oa'), 1.0, True)
     old = write_checkpoint(str(tmp_path / 'old'))            # its log.jsonl holds no probe: left out of the figure
@@ -548,6 +549,7 @@ def test_trajectories_draw_each_runs_probes_against_tokens_seen(tmp_path, monkey
     assert e.value.code == 2
 
 
+@pytest.mark.slow   # analyze.py as a subprocess
 def test_trajectories_refuse_a_plots_path_they_cannot_write_before_drawing(tmp_path):
     """Issue 36, cases 28-29: --plots FILE (a FileExistsError) and --plots on a read-only filesystem (an OSError from
     the figure's save) are one line."""
@@ -634,6 +636,7 @@ def check_hf_model(tmp_path, model, final_norm, docs_dir, bos):
     return result
 
 
+@pytest.mark.slow   # a public model through transformers
 def test_hf_gpt2_metrics_agree_with_output_hidden_states(docs_dir, tmp_path):
     transformers = pytest.importorskip('transformers')
     torch.manual_seed(0)
@@ -648,6 +651,7 @@ def test_hf_gpt2_metrics_agree_with_output_hidden_states(docs_dir, tmp_path):
     assert np.allclose(norms[1], w.norm(dim=0).detach().numpy()) and moments == [None] * 3
 
 
+@pytest.mark.slow   # a public model through transformers
 def test_hf_llama_gets_bos_and_metrics_agree(docs_dir, tmp_path):
     transformers = pytest.importorskip('transformers')
     torch.manual_seed(0)
@@ -673,6 +677,7 @@ def test_hf_weights_not_on_this_machine_is_a_one_line_error(monkeypatch, tmp_pat
 
 
 # ----------------------------------------------------------------------------- command line
+@pytest.mark.slow   # analyze.py as a user runs it, figures drawn
 def test_cli_end_to_end(docs_dir, tmp_path, capsys):
     a = write_checkpoint(str(tmp_path / 'base'))
     b = write_checkpoint(str(tmp_path / 's1oa'), optimizer='orthoadam', attn='softmax1', norm='rmsnorm_single', seed=1)
@@ -793,3 +798,50 @@ def test_perplexity_leaves_out_the_targets_a_free_prefix_lets_the_model_see(tmp_
     want = [-logp[0, t, idx[0, t + 1]] for t in range(3, 11)] + [-logp[1, t, idx[1, t + 1]] for t in range(3, 6)]
     assert measure.seen_targets(lm) == 3 and n == len(want) == 11
     assert abs(nll - float(sum(want))) < 1e-6 * len(want) * 10
+
+
+@pytest.mark.slow   # figures drawn, a script as a subprocess
+@pytest.mark.parametrize('n_layer', [4, 2])   # analyze.py's Appendix K figure: 4 panels, or 3 for 2-3 layers
+def test_the_readme_figure_takes_the_hidden_states_and_the_mean_attention_panel(tmp_path, n_layer):
+    """docs/front_figure.py puts hidden_states.png beside the first panel (mean over layers) of attention_layers.png,
+    pixels copied. The mean map is drawn all at its colour bar's top (viridis yellow), every single layer at a quarter
+    of it (one cell aside), so the cut is right when the copied part holds that yellow image whole and the rest of
+    the figure next to none."""
+    import subprocess
+    import matplotlib.image as mpimg
+    T = 32
+    mean = np.tril(np.ones((T, T)))
+    layer = 0.25 * mean
+    layer[-1, 0] = 1.0                                         # one cell sets the colour scale: the rest is not yellow
+    ex = {'attn': mean, 'attn_layers': [layer] * n_layer, 'hidden': np.abs(np.random.default_rng(0).normal(size=(T, 40)))}
+    folder = tmp_path / 'model'
+    folder.mkdir()
+    plots.plot_hidden_states([('model', ex)], str(folder / 'hidden_states.png'))
+    plots.plot_attention_layers([('model', ex)], str(folder / 'attention_layers.png'))
+    out = tmp_path / 'front.png'
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs', 'front_figure.py')
+    r = subprocess.run([sys.executable, script, str(folder), '--out', str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+    def yellow(img):                                           # viridis(1.0) = (0.993, 0.906, 0.144)
+        return (np.abs(img[..., :3] - np.array([0.993, 0.906, 0.144])).max(-1) < 0.05).sum()
+    hidden = mpimg.imread(folder / 'hidden_states.png')
+    layers = mpimg.imread(folder / 'attention_layers.png')
+    front = mpimg.imread(out)
+    copied = front[:, hidden.shape[1]:]                        # the attention part (and the gap before it)
+    triangle = T * (T + 1) / 2 / T ** 2                        # share of the image the mean map fills
+    assert yellow(copied) > 0.9 * triangle * (layers.shape[0] * 0.5) ** 2 / 4   # a whole image of yellow, roughly
+    rest = yellow(layers) - yellow(copied)
+    assert 0 <= rest < 0.05 * yellow(copied)                  # what was left: the other colour bars' tops only
+    # Every panel after the first is as wide as the distance from one image's left edge to the next one's (the same
+    # labels, constrained layout), so what was cut away is (panels - 1) of those distances, within a few pixels.
+    near = lambda img, rgb: np.abs(img[..., :3] - np.array(rgb)).max(-1) < 0.05
+    image = (near(layers, [0.267, 0.005, 0.329]) | near(layers, [0.231, 0.322, 0.545])).sum(0)   # viridis(0), (0.25)
+    columns = np.flatnonzero(image > 0.5 * image.max())
+    lefts = columns[np.r_[True, np.diff(columns) > 1]]         # each image's left edge
+    panels = 3 if n_layer < 4 else 4
+    assert len(lefts) == panels
+    width = copied.shape[1] - 24                               # the copied panel, after the gap between the two
+    assert abs((layers.shape[1] - width) - (panels - 1) * (lefts[2] - lefts[1])) <= 8
+    r = subprocess.run([sys.executable, script, str(tmp_path / 'nothing')], capture_output=True, text=True)
+    assert r.returncode != 0 and r.stderr.count('\n') == 1 and 'has no hidden_states.png' in r.stderr

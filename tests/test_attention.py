@@ -269,6 +269,7 @@ def test_sink_route_bf16_within_bf16_rounding():
     assert (out.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
 
 
+@pytest.mark.slow   # torch.library.opcheck's many calls
 def test_custom_ops_pass_torch_opcheck():
     """Fake (meta) implementations, autograd registration and schemas agree with the real kernels,
     which is what torch.compile relies on: softmax-1 (0-d sink) and attn_bias (per-query logit, per-head value)."""

@@ -9,6 +9,8 @@ import pytest
 import bench_report
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow   # bench.py run whole
+
 RATIOS = ('attn_softmax1_over_softmax', 'optim_state_orthoadam_over_adamw', 'optim_step_orthoadam_over_adamw',
           'train_step_s1oa_over_vanilla')
 

@@ -20,6 +20,8 @@ import pinned_corpus
 import corpus_text
 from pinned_corpus import CorpusError
 
+pytestmark = pytest.mark.slow   # the pinned corpus, its real CPU subset among them
+
 
 def tar_bytes(files: dict[str, bytes], mode="w:gz") -> bytes:
     buf = io.BytesIO()

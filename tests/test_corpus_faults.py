@@ -19,6 +19,8 @@ import tokenizer
 from pinned_corpus import CorpusError
 from test_corpus import source, tar_bytes, two_sources
 
+pytestmark = pytest.mark.slow   # the pinned corpus's fault cases
+
 
 def cli(argv, manifest, monkeypatch) -> str:
     """corpus.py's exit message for argv with `manifest` as the corpus manifest (it must fail)."""

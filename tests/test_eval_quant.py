@@ -268,6 +268,7 @@ def test_fine_is_nearly_lossless_and_planted_outliers_break_coarse_and_4bit(trai
     assert weights['zeropoint4'] > 1.5 * weights['full'] and weights['coarse'] > 3 * weights['full']
 
 
+@pytest.mark.slow   # a public model through transformers
 def test_conv1d_layers_of_transformers_gpt2(data):
     transformers = pytest.importorskip('transformers')
     torch.manual_seed(0)

@@ -14,7 +14,7 @@ from model import GPT, GPTConfig
 import tokenizer as tokenizer_lib
 
 transformers = pytest.importorskip('transformers')
-pytestmark = pytest.mark.usefixtures('one_thread')
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('one_thread')]   # slow: export to transformers, its models loaded back
 
 TEXTS = ["the thing in the evening is interesting", "  Theirs: 12 x 123, then 1212!\n\nnew <|endoftext|> line",
          "naïve café — 日本語 🙂", "there  are   spaces\tand tabs ending with spaces   "]

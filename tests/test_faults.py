@@ -22,6 +22,8 @@ from test_train import config
 import runs
 from runs import log_events
 
+pytestmark = pytest.mark.slow   # train.py killed, corrupted and refused, as subprocesses
+
 TINY = os.path.join(ROOT, 'config', 'tiny_cpu.py')
 SMALL = ['--n_layer=2', '--n_embd=32', '--n_head=2', '--block_size=32', '--batch_size=4', '--eval_tokens=256',
          '--log_interval=1', '--warmup_iters=2']

@@ -16,7 +16,8 @@ from model import GPTConfig  # noqa: E402
 from test_attention import reference_attention  # noqa: E402
 
 DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
-pytestmark = [pytest.mark.gpu,   # on a GPU, gpu_suite.py runs them on CUDA
+pytestmark = [pytest.mark.slow,   # the Triton kernels in Triton's interpreter
+              pytest.mark.gpu,   # on a GPU, gpu_suite.py runs them on CUDA
               pytest.mark.skipif(DEVICE == 'cpu' and os.environ.get('TRITON_INTERPRET') != '1',
                                  reason='Triton needs CUDA or TRITON_INTERPRET=1 (set before flash_sink is imported)')]
 

@@ -15,6 +15,8 @@ sys.path.insert(0, ROOT)
 import fsdp  # noqa: E402
 import train  # noqa: E402
 
+pytestmark = pytest.mark.slow   # torchrun with 2 CPU ranks
+
 TORCHRUN = ['-m', 'torch.distributed.run', '--standalone']
 
 

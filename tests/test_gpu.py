@@ -25,7 +25,8 @@ from test_attention import reference_attention
 from test_orthoadam import HP, dense_q, make_grads, make_params, reference_algorithm1
 
 DEVICE = os.environ.get('GPU_TESTS_DEVICE', 'cuda')
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(DEVICE.startswith('cuda') and not torch.cuda.is_available(),
+pytestmark = [pytest.mark.slow,   # CUDA work (skipped without CUDA)
+              pytest.mark.gpu, pytest.mark.skipif(DEVICE.startswith('cuda') and not torch.cuda.is_available(),
                                                   reason='needs CUDA (GPU_TESTS_DEVICE=cpu: dry run on the CPU)')]
 CUDA = DEVICE.startswith('cuda')
 BACKENDS = {'flash': SDPBackend.FLASH_ATTENTION, 'efficient': SDPBackend.EFFICIENT_ATTENTION,

@@ -18,6 +18,8 @@ from conftest import ROOT
 from dataset import prepare_bigram_backcopy
 from recipe import STEPS
 
+pytestmark = pytest.mark.slow   # the GPU queue's items as CPU trainings
+
 SCRIPT = os.path.join(ROOT, 'tools', 'gpu_queue.py')
 spec = importlib.util.spec_from_file_location('gpu_queue', SCRIPT)
 gpu_queue = importlib.util.module_from_spec(spec)

@@ -10,6 +10,8 @@ import bench_report
 import gpu_suite
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow   # a real (tiny) training part of gpu_suite.py
+
 
 def test_bench_parts_merge_and_targets_are_judged_by_hand():
     ops = {'device': 'H100', 'attention': [{'shape': [1]}], 'optimizer': [], 'train': [], 'unreliable': ['a'],

@@ -214,6 +214,7 @@ def test_mask_first_key_of_a_sink_token_model_hides_the_first_real_token_not_the
 
 
 # ----------------------------------------------------------------------------- public models, command line
+@pytest.mark.slow   # a public model through transformers
 def test_a_public_model_runs_as_our_gpt_with_the_transformers_perplexity(docs_dir, tmp_path, capsys):
     transformers = pytest.importorskip('transformers')
     torch.manual_seed(0)

@@ -19,7 +19,7 @@ import dataset
 import runs
 import tokenizer as tokenizer_lib
 
-pytestmark = pytest.mark.usefixtures('one_thread')
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('one_thread')]   # slow: the harness scoring through transformers
 MERGES = (b'th', b'the', b' the', b'in', b'ing', b' in', b'er', b'en', b' a', b'at', b' m', b' mat')
 T = 16   # block size: the texts below are longer
 

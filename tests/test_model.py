@@ -62,6 +62,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow   # torch.compile, a fresh cache per case
 @pytest.mark.parametrize('variant,pos_emb,prefix,norm,mlp', compiled_cases())
 def test_compiled_model_matches_eager_reference(variant, pos_emb, prefix, norm, mlp, monkeypatch, fresh_dynamo):
     """torch.compile (fullgraph: the custom op stays whole) of every variant: logits and every parameter
@@ -423,6 +424,7 @@ def test_mitigation_fields_are_validated(fields, match):
         tiny(**fields)
 
 
+@pytest.mark.slow   # train.py as a subprocess
 def test_mitigation_config_errors_are_one_line_from_train(tmp_path):
     import subprocess
     import sys

@@ -115,6 +115,7 @@ def test_stacks_row_blocks_and_fallback_match_dense_reference(monkeypatch, bucke
     assert not torch.equal(qs['w0'], qs['w1']) and not torch.equal(qs['emb'], qs['emb2'])   # one Q per parameter
 
 
+@pytest.mark.slow   # dense Kronecker products of every stack member
 def test_rotate_on_a_stack_is_each_members_kronecker_q():
     """rotate() on a stack [P, 24, 384] (both axes rotated: one dense 24 block; H_16 shared plus a dense 24
     block per member) equals each member's Q = Q_0 ⊗ Q_1 built with torch.kron, and Qᵀ for transpose."""
@@ -163,7 +164,7 @@ def test_residual_axes_policy():
                        'one': [False, True]}
 
 
-@pytest.mark.parametrize('n', [2, 8, 64, 256, 2048, 6, 24, 40, 7])
+@pytest.mark.parametrize('n', [2, 8, 64, 256, pytest.param(2048, marks=pytest.mark.slow), 6, 24, 40, 7])
 def test_hadamard_factors_are_orthogonal_and_mix(n):
     p = torch.nn.Parameter(torch.zeros(n))
     q = OrthoAdam([p]).dense_factors(p)[0]
@@ -306,6 +307,7 @@ def test_invalid_options(options, match):
 
 
 # ----------------------------------------------------------------------------- the fused Triton step (CUDA's path)
+@pytest.mark.slow   # the Triton kernel in Triton's interpreter
 @pytest.mark.gpu   # on a GPU, gpu_suite.py runs it on CUDA
 @pytest.mark.parametrize('residual_dim,shapes', [
     (48, {'rows': (6, 48), 'cols': (48, 5), 'vec': (48,), 'both': (48, 48), 'none': (40, 3)}),   # 48 = R_48

@@ -23,6 +23,8 @@ import train_data
 from conftest import ROOT, write_dataset
 from test_faults import SMALL, cli, one_thread, snapshot   # noqa: F401 (one_thread: autouse fixture)
 
+pytestmark = pytest.mark.slow   # the scripts run as a user runs them, a full disk, read-only mounts
+
 
 # ----------------------------------------------------------------------------- one rule for a dataset argument
 def test_a_dataset_argument_is_a_name_under_data_or_a_path_as_given(tmp_path, monkeypatch):

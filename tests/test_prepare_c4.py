@@ -24,6 +24,8 @@ import sources
 import tokenizer as tokenizer_lib
 import train_config
 
+pytestmark = pytest.mark.slow   # data preparation through datasets and tiktoken
+
 TRAIN = [  # two train shards
     [f"Document {i} of the first shard: the thing in the evening is interesting. " * (1 + i % 4) for i in range(9)]
     + ["naïve café — 日本語のテキスト, emoji 🙂 and\nnew\nlines\n", "literal <|endoftext|> inside a document"],

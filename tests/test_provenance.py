@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import analyze
@@ -53,6 +54,7 @@ def test_a_copy_without_git_inside_another_repository_records_no_commit(tmp_path
     assert r.stdout.split() == ['None', 'None'] and outer_head not in r.stdout
 
 
+@pytest.mark.slow   # every script run on a trained model
 def test_outputs_record_provenance_and_no_absolute_path(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert prepare_c4.main(['--source', 'bigram_backcopy', '--out_dir', 'data/bb',

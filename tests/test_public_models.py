@@ -38,7 +38,7 @@ TEXTS = ["the thing in the evening is interesting", "  Theirs: 12 x 123, then 12
          "naïve café — 日本語 🙂", "", "there  are   spaces\tand tabs ending with spaces   "]
 
 
-pytestmark = pytest.mark.usefixtures('one_thread')
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('one_thread')]   # slow: public models through transformers
 
 
 def byte_order():

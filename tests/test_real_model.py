@@ -20,6 +20,8 @@ import measure
 import runs
 import tokenizer as tokenizer_lib
 
+pytestmark = pytest.mark.slow   # a real 135M-parameter model
+
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog near the river bank.",
     "In 1969, 3 astronauts flew 384,400 km to the Moon and came back.",

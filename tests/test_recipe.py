@@ -188,6 +188,7 @@ def small(tmp_path_factory):
     return write_dataset(str(tmp_path_factory.mktemp('data') / 'small'), n_train=20_000, n_val=4_000)
 
 
+@pytest.mark.slow   # trainings through reproduce.py
 def test_a_chained_row_equals_one_job_refuses_changed_data_and_a_divergence_is_reported(small, tmp_path, capsys):
     """reproduce.execute with job_minutes ~0 and max_jobs 1: each call trains one iteration and says the row is
     unfinished; the finished chain's weights equal a one-job row's. A row whose data changed between jobs is

@@ -13,6 +13,8 @@ from test_faults import SMALL, cli, one_thread, snapshot   # noqa: F401 (one_thr
 import optimizers
 import train_config
 
+pytestmark = pytest.mark.slow   # train.py runs resumed
+
 
 def finished_run(data, out, capsys, *extra):
     code, _, err = cli(capsys, f'--dataset={data}', f'--out_dir={out}', *SMALL, '--max_iters=4', '--eval_interval=2',

@@ -76,6 +76,7 @@ def run(*args):
     return subprocess.run([sys.executable, 'sample.py', *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow   # sample.py as a subprocess
 def test_command_line_samples_from_a_train_py_checkpoint(trained, tmp_path):
     lm = runs.load_gpt(trained)
     assert lm.tokenizer['name'] == 'bytes'
@@ -94,6 +95,7 @@ def test_command_line_samples_from_a_train_py_checkpoint(trained, tmp_path):
     assert greedy.stdout.split('\n' + '-' * 40)[0] == bytes(expected).decode('utf-8', errors='replace')
 
 
+@pytest.mark.slow   # sample.py as a subprocess
 @pytest.mark.parametrize('args,message', [
     (['--temperature', '-1'], '--temperature must be'),
     (['--start', 'FILE:/no/such/prompt.txt'], 'cannot read the file'),
@@ -106,6 +108,7 @@ def test_command_line_errors_are_one_line(trained, args, message):
     assert r.stderr.startswith('sample.py: error:') and r.stderr.count('\n') == 1
 
 
+@pytest.mark.slow   # sample.py as a subprocess
 def test_missing_checkpoint_is_one_line():
     r = run('--ckpt', '/no/such/run')
     assert r.returncode != 0 and r.stderr.startswith('sample.py: error: --ckpt /no/such/run: not found')

@@ -112,6 +112,7 @@ def run(*args):
                           timeout=240)
 
 
+@pytest.mark.slow   # stream_eval.py as a subprocess
 def test_command_line_json_table_and_figure(trained, tmp_path):  # noqa: F811
     out = tmp_path / 'out'
     r = run('--ckpt', trained, '--tokens', '120', '--windows', '6', '10', '--sinks', '0', '1', '4', '--json', str(out),
@@ -131,6 +132,7 @@ def test_command_line_json_table_and_figure(trained, tmp_path):  # noqa: F811
     assert again.returncode == 0 and os.path.getsize(figure) > 10_000
 
 
+@pytest.mark.slow   # stream_eval.py as a subprocess
 @pytest.mark.parametrize('args,message', [
     (['--windows', '16', '--sinks', '1'], 'a cache of 17 tokens exceeds block_size 16'),
     (['--tokens', '100000', '--windows', '8'], 'has only'),
@@ -142,6 +144,7 @@ def test_command_line_errors_are_one_line(trained, args, message):  # noqa: F811
     assert r.stderr.startswith('stream_eval.py: error:') and r.stderr.count('\n') == 1
 
 
+@pytest.mark.slow   # stream_eval.py as a subprocess
 def test_replot_needs_a_figure_path(tmp_path):
     r = run('--replot', str(tmp_path / 'x.json'))
     assert r.returncode != 0 and r.stderr.startswith('stream_eval.py: error: --replot draws a figure')

@@ -21,6 +21,8 @@ import runs
 import train_config
 import train_data
 
+pytestmark = pytest.mark.slow   # train.py end to end, DDP under torchrun
+
 
 def config(data, out, *overrides):
     args = [os.path.join(ROOT, 'config', 'tiny_cpu.py'), f'--dataset={data}', f'--out_dir={out}',
