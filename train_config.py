@@ -21,7 +21,7 @@ DEFAULTS = dict(
     dataset='c4', batch_size=32, gradient_accumulation_steps=16,   # global accumulation over all ranks
     windows='random',   # 'random': windows start anywhere; 'document': at a document's eot (BOS), see get_batch
     # model (GPTConfig); vocab_size=0 takes it from meta.json
-    n_layer=12, n_head=12, n_embd=768, block_size=256, vocab_size=0, dropout=0.0, bias=True,
+    n_layer=12, n_head=12, n_embd=768, block_size=256, vocab_size=0, dropout=0.0, bias=True, norm_bias=None,
     attn='softmax', norm='layernorm', pos_emb='absolute', mlp='gelu', init='gpt2', causal_free_prefix=0,
     clip_gamma=-0.025, clip_zeta=1.0, sigmoid_bias=None, attn_bias=False, sink_token=False,   # other published fixes
     n_kv_head=0, mlp_hidden=0, rope_base=10000.0, norm_eps=1e-5, tie_embeddings=True,
@@ -81,7 +81,8 @@ HELP = dict(
     n_layer='transformer blocks', n_head='attention heads', n_embd='residual stream width',
     block_size='training sequence length', vocab_size='0 = from meta.json (padded to a multiple of 64)',
     dropout='dropout on embeddings, attention and residual branches',
-    bias='biases in Linear layers and LayerNorm', attn='attention normalisation', norm='normalisation layer',
+    bias='biases in Linear layers and LayerNorm',
+    norm_bias="LayerNorm's bias alone: None = as bias; True with bias=False is Guo et al.'s (2024) model", attn='attention normalisation', norm='normalisation layer',
     pos_emb='position encoding', mlp='feed-forward block',
     init="initial weights: 'gpt2' (N(0, 0.02), GPT-2's scheme) or 'torch' (PyTorch's layer defaults, Guo et al.)",
     causal_free_prefix='the first k tokens attend to each other without causal mask',

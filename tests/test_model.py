@@ -364,6 +364,24 @@ def test_norm_variants_against_formulas(norm, bias):
     assert not any('bias' in n for n, _ in GPT(tiny(norm=norm, bias=False)).named_parameters())
 
 
+def test_norm_bias_gives_layernorm_a_bias_without_the_linear_layers_ones():
+    """Guo et al.'s (2024) models: LayerNorm with a bias, Linear layers without (bias=False, norm_bias=True); None
+    follows bias. Checked by the parameters each model has, and the normalisation against the formula with a bias."""
+    names = lambda **kw: {n for n, _ in GPT(tiny(**kw)).named_parameters() if n.endswith('bias')}
+    guo = names(bias=False, norm_bias=True)
+    assert guo and all('ln_' in n for n in guo) and len(guo) == 2 * 2 + 1   # 2 per block and the final norm
+    assert names(bias=True, norm_bias=False) and not any('ln_' in n for n in names(bias=True, norm_bias=False))
+    assert names(bias=True) == names(bias=True, norm_bias=True) and not names(bias=False)
+    module = model_module.make_norm(tiny(bias=False, norm_bias=True))
+    with torch.no_grad():
+        module.bias.copy_(torch.arange(16.0))
+    x = torch.randn(3, 16).double()
+    want = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5) + torch.arange(16.0).double()
+    assert (module(x.float()).double() - want).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match='norm_bias'):
+        tiny(norm_bias='yes')
+
+
 @pytest.mark.parametrize('mlp', CHOICES['mlp'])
 def test_mlp_variants_against_formulas(mlp):
     missing_reference(MLPS, 'mlp', mlp)

@@ -1,0 +1,5 @@
+# Guo et al.'s Bigram-Backcopy, 1 layer(s): softmax-1, Adam.
+include('base.py')
+n_layer = 1
+out_dir = 'out/bb/1l_softmax1_adam'
+attn = 'softmax1'

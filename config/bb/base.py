@@ -1,0 +1,19 @@
+# Guo et al. (2024), "Active-dormant attention heads": their Bigram-Backcopy experiment, their model and optimiser,
+# at a batch and step count that fit two CPU cores (docs/reproducing.md says what changed and why).
+#   python prepare_c4.py --source bb_shakespeare && python reproduce.py bb --jobs 2
+# Model (their BBM/model.py): d = 256, one head, pre-LayerNorm (with a bias), no biases in the linear layers, learned absolute
+# positions, untied output layer, ReLU MLP 4x, PyTorch's default initialisation (N(0, 1) embeddings). Every row
+# includes this file and states only its differences.
+dataset, windows = 'bb_shakespeare', 'document'   # every window is one of their sequences: <s> and 255 tokens
+n_layer, n_head, n_embd, block_size = 1, 1, 256, 256
+bias, norm_bias, norm, pos_emb, mlp, init = False, True, 'layernorm', 'absolute', 'relu', 'torch'
+tie_embeddings = False
+attn = 'softmax'
+# their AdamW: betas (0.9, 0.99), eps 1e-8, weight decay 1e-4, constant learning rate 3e-4, no warm-up, no clipping
+optimizer, learning_rate, beta1, beta2, eps, weight_decay = 'adamw', 3e-4, 0.9, 0.99, 1e-8, 1e-4
+decay_lr, warmup_iters, grad_clip = False, 0, 0.0
+# theirs: batch 512 for 10,000 steps; here 8 sequences a step for 2,000 (the phenomena follow steps, not tokens)
+batch_size, gradient_accumulation_steps, max_iters = 8, 1, 2000
+eval_interval, eval_tokens, log_interval = 1000, 65_536, 50
+probe_interval, probe_docs = 100, 16
+device, compile, dtype = 'cpu', False, 'float32'

