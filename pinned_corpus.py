@@ -39,7 +39,7 @@ from typing import Iterator
 import corpus_clean
 from corpus_clean import BOILER_MIN, BOILER_SHARE, MAX_CHARS, MIN_CHARS, drop_boilerplate, pieces
 from corpus_text import UnknownFormat, attach_names, code_like, member_documents, normalise
-from fileio import corpus_cache, disk_full, file_sha256, lock_folder, release_lock
+from fileio import atomic_write, corpus_cache, disk_full, file_sha256, lock_folder, release_lock
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
 EXTRACT_VERSION = 6  # bump when extraction or cleaning changes: cached extractions of another version are redone
@@ -75,14 +75,6 @@ def check_cache(cache: Path):
         if folder.exists() and not folder.is_dir():
             raise CorpusError(f"the corpus cache {cache} cannot be a folder: {folder} is a file; pass another "
                               f"--cache (or CORPUS_CACHE)")
-
-
-def remove_quietly(path: Path):
-    """Remove a temporary file this process wrote, if it can (on a read-only folder there is none to remove)."""
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 ARCHIVE_FILE = "corpus-archive.jsonl.xz"  # what `corpus.py archive` writes; a GPU machine is handed it in data/
@@ -138,32 +130,26 @@ def fetch(src: dict, cache: Path) -> Path:
     if path.exists():
         check_artifact(src, path)
         return path
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")   # one per process: two fetches do not collide
-    try:
+    try:   # a new temporary name per fetch (fileio.atomic_write): two fetches do not collide, a link is not followed
         cache.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with atomic_write(path, "wb") as f:
             url = artifact_url(src)
             with urllib.request.urlopen(url, timeout=120) as r:
                 while block := r.read(1 << 20):
                     f.write(block)
+            f.flush()
+            sha = file_sha256(f.name)
+            if sha != src["sha256"]:   # removed, never renamed
+                raise CorpusError(f"source {src['id']}: the registry's {src['filename']} has sha256 {sha[:16]}..., "
+                                  f"the manifest pins {src['sha256'][:16]}...: the artifact changed; do not use it")
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-        remove_quietly(tmp)
         reason = getattr(e, "reason", e)
         raise CorpusError(f"source {src['id']}: cannot download {src['filename']} ({reason}): check the network, "
                           f"or put the file (sha256 {src['sha256'][:16]}...) into {cache}/") from None
     except OSError as e:
-        remove_quietly(tmp)
         raise CorpusError(f"source {src['id']}: cannot write {src['filename']} into {cache} "
-                          f"({write_problem(tmp, e)}), or put the file (sha256 {src['sha256'][:16]}...) there") from None
-    except BaseException:
-        remove_quietly(tmp)
-        raise
-    sha = file_sha256(tmp)
-    if sha != src["sha256"]:
-        tmp.unlink()
-        raise CorpusError(f"source {src['id']}: the registry's {src['filename']} has sha256 {sha[:16]}..., the "
-                          f"manifest pins {src['sha256'][:16]}...: the artifact changed; do not use it")
-    os.replace(tmp, path)
+                          f"({write_problem(path, e)}), or put the file (sha256 {src['sha256'][:16]}...) there") \
+            from None
     return path
 
 
@@ -193,12 +179,10 @@ def gpt2_ranks(cache: Path, manifest: dict | None = None) -> Path:
     if data is None or hashlib.sha256(data).hexdigest() != tok["member_sha256"]:
         raise CorpusError(f"source {tok['id']}: {path.name} does not hold {tok['member']} with sha256 "
                           f"{tok['member_sha256'][:16]}...")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, out)
+        with atomic_write(out, "wb") as f:
+            f.write(data)
     except OSError as e:
-        remove_quietly(tmp)
         raise CorpusError(f"source {tok['id']}: cannot write {out} ({write_problem(out, e)})") from None
     return out
 
@@ -349,13 +333,10 @@ def cached_extraction(src: dict, cache: Path, out: Path) -> list[tuple[str, str]
     docs = extract_source(src, fetch(src, cache))
     body = "".join(json.dumps(doc, ensure_ascii=False) + "\n" for doc in docs).encode("utf-8")
     header = {"key": key, "documents": len(docs), "sha256": hashlib.sha256(body).hexdigest()}
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with atomic_write(out, "wb") as f:
             f.write(json.dumps(header).encode() + b"\n" + body)
-        os.replace(tmp, out)
     except OSError as e:
-        remove_quietly(tmp)
         if disk_full(e):
             raise CorpusError(f"source {src['id']}: cannot write {out} ({e.strerror}): free disk space") from None
         print(f"warning: cannot cache the extraction of {src['id']} in {out.parent} ({e.strerror}): going on "
@@ -459,19 +440,16 @@ def write_archive(out: Path, docs: list[tuple[str, str, str]]) -> dict:
     and "content" (archive_pin)."""
     if out.exists():
         raise CorpusError(f"{out} exists: pass another --out (nothing is overwritten)")
-    tmp, content = out.with_name(f".{out.name}.{os.getpid()}.tmp"), ContentHash()
+    content = ContentHash()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with lzma.open(tmp, "wb", preset=9) as f:
+        with atomic_write(out, "wb") as raw, lzma.open(raw, "wb", preset=9) as f:
             for doc in docs:
                 line = archive_line(*doc)
                 content.add(line)
                 f.write(line)
-        os.replace(tmp, out)
     except OSError as e:
         raise CorpusError(f"cannot write {out} ({e.strerror}): free disk space or pass another --out") from None
-    finally:
-        tmp.unlink(missing_ok=True)
     return {"filename": out.name, "size": out.stat().st_size, "sha256": file_sha256(out),
             "chars": sum(len(d[2]) for d in docs), "content": content.pin()}
 
@@ -590,6 +568,5 @@ def measure(docs: list[tuple[str, str, str]], source_ids: list[str], encode, eot
 
 
 def write_manifest(manifest: dict, path=MANIFEST):
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_write(path, encoding="utf-8") as f:
+        f.write(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
