@@ -13,7 +13,7 @@ Every key of DEFAULTS (train_config.py, the config schema) can be set in a confi
 Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.pt (lowest validation
 loss so far), ckpt_<iter>.pt (with save_every: a checkpoint kept every N iterations), config.json (resolved
 config), log.jsonl (one JSON event per line), .lock (held while a run uses the folder). SIGINT/SIGTERM write
-a checkpoint and exit; a non-finite loss or a diverging validation loss stops without writing one.
+a checkpoint and exit 128 + its number (130, 143; max_minutes: 0); a non-finite or diverging loss writes none.
 docs/guarantees.md lists what a run promises. Read top to bottom: train() is the run in nanoGPT's order (config,
 data, model, optimizer, loop), training_loop() the loop, each of its steps a function below it.
 """
@@ -44,7 +44,7 @@ from runs import (LoadedModel, check_model_args, check_out_dir, check_resume, fi
                   only_best, open_log, public_model, remove_leftovers, rng_state, save_checkpoint)
 from tables import _fmt, json_safe
 from train_config import CHOICES, DEFAULTS, HELP, INIT_FROM, MODEL_KEYS, RANGES, TrainingError
-from train_data import check_tokens, data_identity, get_batch, memmap, open_data, verify_tokens, window_starts
+from train_data import check_tokens, data_identity, eval_windows, get_batch, memmap, open_data, verify_tokens
 
 
 # --------------------------------------------------------------------- the run: config, data, model, optimizer, loop
@@ -98,6 +98,8 @@ def train(cfg):
     meta = opened['meta']
     # data: every token id of the splits this run reads; then rank 0 takes out_dir (the lock, config.json)
     collectively(check_data, cfg, meta, opened['paths'], rank, world, device)
+    if rank == 0 and (note := eval_windows(opened['paths']['val'], meta, cfg)[1]):   # eval_tokens cut or rounded
+        print(note)
     lock = (collectively(claim_out_dir, cfg, ckpt_path, opened['seen'], opened['finished']) if rank == 0
             else collectively(lambda: None))
     with contextlib.ExitStack() as cleanup:
@@ -145,6 +147,9 @@ def check_launch(cfg, world):
     if 0 < cfg['divergence_factor'] < 1:
         raise TrainingError(f"divergence_factor={cfg['divergence_factor']} must be 0 (off) or >= 1 "
                             f"(a perplexity ratio to the best so far)")
+    if cfg['probe_interval'] and not cfg['probe_docs']:
+        raise TrainingError(f"probe_interval={cfg['probe_interval']} asks for a probe every {cfg['probe_interval']} iterations, "
+                            f"but probe_docs=0 turns the probe off: set probe_docs=N (N > 0) or probe_interval=0")
     rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, 0)
     fsdp.check_fsdp(cfg, world)
     try:   # the model's own rules (GPTConfig), before any data is read; vocab_size=0 is resolved later
@@ -384,27 +389,29 @@ def log_progress(r, lr):
 
 
 def stop_reason(r, stop):
-    """'signal' or 'max_minutes' (a job's time budget) when the run stops here, agreed by every rank; else None."""
+    """The signal received (SIGINT, SIGTERM: its number, on any rank) or 'max_minutes' (a job's time budget) when the
+    run stops here, agreed by every rank; else None."""
     cfg = r.cfg
     out_of_time = 0 < cfg['max_minutes'] * 60 <= time.time() - r.t_start and r.iter_num < cfg['max_iters']
-    stopping = stop['signal'] is not None or out_of_time
+    signum = stop['signal'] or 0
     if r.world > 1:
-        stopping = any_rank(torch.tensor(stopping, device=r.device))
-    return ('max_minutes' if out_of_time else 'signal') if stopping else None
+        signum, out_of_time = all_reduce(torch.tensor([signum, out_of_time], device=r.device), dist.ReduceOp.MAX).tolist()
+    return signum or ('max_minutes' if out_of_time else None)
 
 
 def stop_with_checkpoint(r, reason):
-    """A stop like the end of a job: ckpt.pt, a 'stopped' event, exit 0; the next job resumes exactly."""
+    """A stop like the end of a job: ckpt.pt, a 'stopped' event; the next job resumes exactly. A signal's stop returns
+    its number (main exits 128 + it), a time budget's exits 0."""
     cfg = r.cfg
     if any_rank(r.nonfinite):
         raise TrainingError(f"non-finite loss before iteration {r.iter_num}; the last good checkpoint is kept")
     checkpoint(r, r.ckpt_path)
-    why = f"time budget max_minutes={cfg['max_minutes']:g} reached" if reason == 'max_minutes' else "signal received"
-    r.log({'event': 'stopped', 'iter': r.iter_num, 'reason': reason})
+    name = None if reason == 'max_minutes' else signal.Signals(reason).name
+    why = f"{name} received" if name else f"time budget max_minutes={cfg['max_minutes']:g} reached"
+    r.log({'event': 'stopped', 'iter': r.iter_num, 'reason': 'signal' if name else reason} | ({'signal': name} if name else {}))
     if r.master:
-        print(f"{why}: checkpoint written at iteration {r.iter_num} to {r.ckpt_path}; "
-              f"continue with --init_from=resume")
-    return {'interrupted': True, 'iter': r.iter_num}
+        print(f"{why}: checkpoint written at iteration {r.iter_num} to {r.ckpt_path}; continue with --init_from=resume")
+    return {'interrupted': True, 'iter': r.iter_num, 'signal': None if name is None else reason}
 
 
 @contextlib.contextmanager
@@ -511,8 +518,7 @@ def evaluate(model, path, meta, cfg, rank, world, device, autocast):
     windows='document': the first windows that start at an eot, as in training."""
     data = memmap(path, meta)
     T, B = cfg['block_size'], cfg['batch_size']
-    n_windows = max(1, min(cfg['eval_tokens'] // T, (len(data) - 1) // T))
-    offsets = window_starts(path, meta, T)[:n_windows] if cfg['windows'] == 'document' else np.arange(n_windows) * T
+    offsets = eval_windows(path, meta, cfg)[0]
     mine = list(offsets[rank::world])
     total = torch.zeros(2, dtype=torch.float64, device=device)   # (sum of losses, number of targets)
     skipped = max(cfg['causal_free_prefix'] - 1, 0)                # targets the loss ignores per window
@@ -683,7 +689,7 @@ def main(argv):
             dist.destroy_process_group()
     if 'val_ppl' in result and master:
         print(f"done: val ppl {ppl_text(result['val_ppl'])} at iteration {result['iter']} | checkpoint {result['ckpt']}")
-    return 0
+    return 128 + result['signal'] if result.get('signal') else 0   # stopped by a signal: as a shell reports it
 
 
 if __name__ == '__main__':

@@ -232,3 +232,12 @@ def test_a_chained_row_equals_one_job_refuses_changed_data_and_a_divergence_is_r
     md, doc = reproduce.render('table2', [one], 'smoke', scale)
     assert f"{os.path.join(one.cfg['out_dir'], 'analysis.json')} cannot be read" in capsys.readouterr().err
     assert doc['rows'][0]['ours']['ppl'] is None and doc['rows'][0]['state'] == 'finished'
+
+
+@pytest.mark.parametrize('code, name', [(130, 'SIGINT'), (143, 'SIGTERM'), (-15, 'SIGTERM'), (-9, 'SIGKILL'),
+                                        (0, None), (1, None), (2, None), (128, None), (None, None), (300, None)])
+def test_stopped_by_reads_the_exit_code_of_a_signal(code, name):
+    """128 + N: a process that stopped on signal N (train.py after its checkpoint, as shells report it); -N: one a
+    signal killed (subprocess's convention). SIGINT = 2, SIGTERM = 15, SIGKILL = 9 on POSIX."""
+    from recipe import stopped_by
+    assert (stopped_by(code).name if stopped_by(code) else None) == name
