@@ -379,8 +379,8 @@ def check_output(path, option, folder=False, inputs=(), replace=None, make=False
         else:                              # an existing file inside an input folder (a model's folder, ...)
             clash = not folder and os.path.isfile(absolute) and _inside(absolute, given) and 'is a file of the input'
         if clash:
-            raise ValueError(f"{option} {shown} {clash} {given}: writing it would replace what is read; choose "
-                             f"another {option}")
+            raise ValueError(f"{option} {shown} {clash} {portable_path(given)}: writing it would replace what is "
+                             f"read; choose another {option}")
     if replace is not None and os.path.lexists(absolute):
         try:
             own_files(absolute, replace)

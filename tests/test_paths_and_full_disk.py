@@ -21,7 +21,7 @@ import reproduce
 import runs
 import train
 import train_data
-from conftest import ROOT, write_dataset
+from conftest import ROOT, full_disk_writes, write_dataset
 from test_faults import SMALL, cli, one_thread, snapshot   # noqa: F401 (one_thread: autouse fixture)
 
 
@@ -278,19 +278,7 @@ def test_the_data_check_on_a_full_disk_leaves_no_part_of_its_record(tmp_path, mo
 
 
 def test_prepare_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch):
-    class Full:
-        def __init__(self, path, mode='r'):
-            self.path = path
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def write(self, data):
-            raise OSError(errno.ENOSPC, 'No space left on device', str(self.path))
-    monkeypatch.setattr(dataset, 'open', Full, raising=False)
+    full_disk_writes(dataset, monkeypatch)
     with pytest.raises(SystemExit) as e:
         prepare_c4.main(['--source', 'bigram_backcopy', '--val_docs', '20', '--out_dir', str(tmp_path / 'bb')])
     err = capsys.readouterr().err

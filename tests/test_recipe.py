@@ -12,7 +12,7 @@ import torch
 
 import recipe
 import reproduce
-from conftest import write_dataset
+from conftest import full_disk_writes, write_dataset
 from model import GPT, GPTConfig
 from optimizers import configure_optimizer
 from train_config import DEFAULTS
@@ -121,22 +121,11 @@ def test_pack_over_the_limit_is_refused_and_the_old_pack_kept(tmp_path):
 def test_pack_on_a_full_disk_is_one_line_and_leaves_no_part(tmp_path, monkeypatch):
     """Found attacking --pack (issue 36): a full disk left the part of the pack that was written as a .pack.* file
     for good. Now: one line, the earlier pack kept, nothing else in the folder."""
-    import errno
     d = _run_dir(tmp_path)
     dest = tmp_path / 'packs' / 'row.tar.gz'
     dest.parent.mkdir()
     dest.write_bytes(b'an earlier pack')
-    real = recipe.tempfile.NamedTemporaryFile
-
-    def full(**kw):
-        f = real(**kw)
-        def write(data):
-            f.file.write(data[:10])
-            f.file.flush()
-            raise OSError(errno.ENOSPC, 'No space left on device')
-        f.write = write
-        return f
-    monkeypatch.setattr(recipe.tempfile, 'NamedTemporaryFile', full)
+    full_disk_writes(recipe, monkeypatch)
     with pytest.raises(ValueError) as e:
         recipe.pack_run(str(d), str(dest))
     assert 'is full' in str(e.value) and '\n' not in str(e.value)
