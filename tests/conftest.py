@@ -61,6 +61,15 @@ def full_disk_writes(module, monkeypatch):
     monkeypatch.setattr(module, 'atomic_write', full)
 
 
+def refused_writes(module, monkeypatch, error):
+    """module.atomic_write cannot create its file: `error` (a read-only folder, a full disk) as it opens it."""
+    @contextlib.contextmanager
+    def refused(path, mode='w', **kwargs):
+        raise error
+        yield   # a generator: what contextmanager needs
+    monkeypatch.setattr(module, 'atomic_write', refused)
+
+
 @pytest.fixture(scope='module')
 def one_thread():
     """One intra-op thread for a module's tests: tiny tensors gain nothing from a second one, which only waits (and on
