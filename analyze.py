@@ -112,20 +112,22 @@ import sys
 
 import provenance
 from devices import choose_device
-from fileio import write_json
+from fileio import check_output, path_arg, write_json
 from measure import SINK_EPS, analyze, choose_bos, data_or_hint, default_batch_size, optimizer_basis
 from plots import (plot_attention_layers, plot_attention_maps, plot_hidden_layers, plot_hidden_states,
                    plot_layer_progression, plot_optimizer_basis, plot_training_curves, plot_trajectories)
-from runs import check_ckpt, load_model, make_folder
+from runs import check_ckpt, load_model, make_folder, read_paths
 from tables import json_safe, load_results, markdown_table, run_label, table_rows, text_table, unique_labels
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
-    p.add_argument('--init_from', nargs='+', default=[], metavar='NAME',
+    p.add_argument('--ckpt', nargs='+', default=[], type=path_arg, metavar='PATH',
+                   help='train.py checkpoints (ckpt.pt or its folder)')
+    p.add_argument('--init_from', nargs='+', default=[], type=path_arg, metavar='NAME',
                    help='Hugging Face models: gpt2, gpt2-medium, gpt2-large, gpt2-xl, a local Llama folder')
-    p.add_argument('--data', default=None, help='prepared dataset folder (prepare_c4.py); its val split is used '
+    p.add_argument('--data', default=None, type=path_arg, help='prepared dataset folder (prepare_c4.py); its val '
+                   'split is used '
                    '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
     p.add_argument('--bos', default='auto', help="token prepended to every document: auto (the model's convention), "
                    "none, eot (the data's document separator) or a token id")
@@ -136,11 +138,12 @@ def main(argv=None):
     p.add_argument('--sink_eps', type=float, default=SINK_EPS, help='threshold epsilon of sink_rate (Gu et al.): a head '
                    'is a sink in a document when its mean attention on the first token exceeds it (default 0.3)')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
-    p.add_argument('--json', metavar='PATH', help='write results: PATH.json for one model, else a folder')
-    p.add_argument('--plots', metavar='DIR', help='write the PNG figures into DIR')
-    p.add_argument('--table', nargs='+', metavar='JSON',
+    p.add_argument('--json', metavar='PATH', type=path_arg,
+                   help='write results: PATH.json for one model, else a folder')
+    p.add_argument('--plots', metavar='DIR', type=path_arg, help='write the PNG figures into DIR')
+    p.add_argument('--table', nargs='+', type=path_arg, metavar='JSON',
                    help='render saved JSON files / folders as Markdown; no model runs')
-    p.add_argument('--trajectories', nargs='+', metavar='RUN',
+    p.add_argument('--trajectories', nargs='+', type=path_arg, metavar='RUN',
                    help="train.py run folders (or their log.jsonl): the probe of every evaluation against tokens seen, "
                         "one line per run, into --plots DIR/trajectories.png; no model runs")
     args = p.parse_args(argv)
@@ -157,6 +160,7 @@ def main(argv=None):
                     raise ValueError(f"--trajectories {run}: no such file {log} (pass train.py's out_dir or its log.jsonl)")
             labels = unique_labels([run_label(os.path.dirname(os.path.abspath(log))) for log in logs])
             make_folder(args.plots, '--plots')
+            check_output(os.path.join(args.plots, 'trajectories.png'), '--plots', inputs=logs)
             path = plot_trajectories(list(zip(labels, logs)), os.path.join(args.plots, 'trajectories.png'))
             if path is None:
                 raise ValueError(f"no evaluation in {', '.join(logs)} has a probe: train with --probe_docs=N (N > 0)")
@@ -179,13 +183,16 @@ def main(argv=None):
         if not 0 <= args.sink_eps < 1:
             raise ValueError(f"--sink_eps must be in [0, 1) (a probability threshold), got {args.sink_eps}")
         max_docs = args.max_docs if args.max_docs > 0 else None
-        if args.json:   # the folders exist before any model runs: a bad path costs no analysis
-            make_folder(args.json if not args.json.endswith('.json') else os.path.dirname(args.json), '--json')
+        labels = unique_labels([run_label(s) for s in specs])
+        if args.json:   # the folders exist before any model runs: a bad path costs no analysis; no file is an input
+            inputs = read_paths(args.ckpt, [args.data or 'data/c4'], args.init_from)
+            for label in labels:
+                check_output(args.json if args.json.endswith('.json') else os.path.join(args.json, f'{label}.json'),
+                             '--json', inputs=inputs, make=True)
         if args.plots:
             make_folder(args.plots, '--plots')
         if args.data is not None or args.init_from:
             data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)  # before loading a model
-        labels = unique_labels([run_label(s) for s in specs])
         results, examples, bases, logs = [], [], [], []
         for spec, label in zip(specs, labels):
             lm = load_model(spec, device, args.block_size)

@@ -58,7 +58,7 @@ from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
 from devices import peak_flops
 from bench_report import attn_key, derive, report, spread, unreliable
-from fileio import check_output, disk_full, disk_full_text, write_json
+from fileio import check_output, disk_full, disk_full_text, path_arg, write_json
 from optimizers import configure_optimizer
 from train_config import DEFAULTS
 
@@ -437,7 +437,7 @@ def plan(device, quick):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--quick', action='store_true', help='small shapes and few repeats')
-    parser.add_argument('--json', metavar='PATH', help='write all measurements and ratios to PATH')
+    parser.add_argument('--json', metavar='PATH', type=path_arg, help='write all measurements and ratios to PATH')
     parser.add_argument('--sections', default='attn,optim,train', help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1'")
     parser.add_argument('--repeats', type=int, default=0, help='timed rounds per measurement (0: per device)')

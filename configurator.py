@@ -19,7 +19,7 @@ import os
 import re
 import types
 
-from fileio import temporary
+from fileio import atomic_write
 
 
 class ConfigError(ValueError):
@@ -67,6 +67,9 @@ def _check(key, value, defaults, choices, origin, ranges=None):
         if not ok:
             raise ConfigError(f"config key '{key}' in {origin} expects {expected.__name__}, "
                               f"got {type(value).__name__} {value!r}")
+    if value == '' and isinstance(default, str) and default:   # e.g. --out_dir="$UNSET": never the default quietly
+        raise ConfigError(f"config key '{key}' in {origin} is empty (an unset shell variable?); give a value, e.g. "
+                          f"{default!r}")
     if key in choices and value not in choices[key]:
         raise ConfigError(f"config key '{key}' in {origin} must be one of {', '.join(map(repr, choices[key]))}, got {value!r}")
     if ranges and key in ranges and not in_range(value, ranges[key]):
@@ -132,13 +135,6 @@ def describe(defaults, meanings, choices=None, ranges=None):
 
 
 def save_config(config, path):
-    """Write the resolved configuration as JSON (atomically)."""
-    tmp = temporary(path)
-    try:
-        with open(tmp, 'w') as f:
-            json.dump(config, f, indent=2, sort_keys=True, default=str)
-        os.replace(tmp, path)
-    except BaseException:   # e.g. a full disk: no half-written leftover
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """Write the resolved configuration as JSON (atomically: fileio.atomic_write; a full disk leaves no half file)."""
+    with atomic_write(path) as f:
+        json.dump(config, f, indent=2, sort_keys=True, default=str)

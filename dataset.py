@@ -20,7 +20,8 @@ import numpy as np
 
 import pinned_corpus
 import provenance
-from fileio import PrepareError, Progress, file_sha256, lock_folder, read_json, release_lock, write_json
+from fileio import (PrepareError, Progress, atomic_write, check_output, file_sha256, lock_folder, read_json,
+                    release_lock, remove_temporaries, write_json)
 from sources import (MIN_DOC_CHARS, VAL_PERCENT, backcopy_documents, bigram_backcopy_documents, c4_texts, char_bigrams,
                      find_c4_shards,
                      docstring_documents, docstring_splits, wikitext_files, wikitext_texts)
@@ -29,18 +30,20 @@ from tokenizer import Tokenizer, encode_stream, gpt2_ranks_file, load_tokenizer
 
 FORMAT = 1
 SPLITS = ("train", "val")
+# what a prepared folder holds: a command that reads it never writes over one of them (runs.read_paths)
+DATA_FILES = ("meta.json", "train.bin", "val.bin", ".progress.json", ".verified.json")
 
 
 def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
                 max_tokens: int | None = None, max_docs: int | None = None) -> dict:
-    """Encode texts into path (via path.tmp, renamed when complete). Stops after max_docs documents or
-    after the document that reaches max_tokens. Returns {"documents", "tokens", "sha256", "max_token_id"}."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Encode texts into path (via a new temporary file beside it, fileio.atomic_write, renamed when complete). Stops
+    after max_docs documents or after the document that reaches max_tokens. Returns {"documents", "tokens",
+    "sha256", "max_token_id"}."""
     progress = Progress(path.stem, max_tokens, max_docs or (len(texts) if isinstance(texts, list) else None))
     sha, docs, tokens, top = hashlib.sha256(), 0, 0, 0
     stream = encode_stream(texts, tok, num_proc)
     try:
-        with open(tmp, "wb") as f:
+        with atomic_write(path, "wb") as f:
             for lengths, ids in stream:
                 keep = len(lengths)
                 if max_docs is not None:
@@ -56,13 +59,11 @@ def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
                 progress.update(docs, tokens)
                 if (max_docs is not None and docs >= max_docs) or (max_tokens is not None and tokens >= max_tokens):
                     break
-        stream.close()  # stop the workers and the source before the rename
-        if docs == 0:
-            raise PrepareError(f"{path.stem}: the source has no documents")
-        os.replace(tmp, path)
+            stream.close()  # stop the workers and the source before the rename
+            if docs == 0:
+                raise PrepareError(f"{path.stem}: the source has no documents")
     except BaseException:
         stream.close()
-        tmp.unlink(missing_ok=True)
         raise
     progress.done()
     if max_docs is not None and docs < max_docs:
@@ -177,13 +178,10 @@ def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, 
             extra: dict | None = None) -> Path:
     """Write both splits and meta.json into out_dir; finished work with the same args is kept.
     limits[split] = (max_tokens, max_docs); extra: more keys for meta.json (a synthetic task's triggers)."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise PrepareError(f"--out_dir {out} is a file, not a folder; choose another --out_dir")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise PrepareError(f"cannot create --out_dir {out} ({e.strerror}: {e.filename}); choose another --out_dir") from None
+    try:   # a file, a path under a file, a name too long, a folder that cannot be written: one line, nothing made
+        out = Path(check_output(str(out_dir), "--out_dir", folder=True, make=True))
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
     try:   # one preparation per folder at a time: a second one would rename the first one's files away
         lock = lock_folder(out, wait=False)
     except BlockingIOError:
@@ -201,6 +199,7 @@ def prepare_locked(out: Path, tok: Tokenizer, args: dict, source: str, descripti
                    extra: dict) -> Path:
     args = json.loads(json.dumps(args))
     meta_path, progress_path = out / "meta.json", out / ".progress.json"
+    remove_temporaries(out, [*(f"{s}.bin" for s in SPLITS), meta_path.name, progress_path.name], "prepare_c4.py")
     old, progress = read_json(meta_path), read_json(progress_path)
     if not force and old.get("args") == args:
         try:

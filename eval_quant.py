@@ -57,7 +57,6 @@ prints one Markdown table, a row per model.
 import argparse
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -71,7 +70,7 @@ import measure
 import provenance
 import runs
 import tables
-from fileio import model_label, portable_path, write_json
+from fileio import check_output, model_label, path_arg, portable_path, write_json
 
 PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
 
@@ -332,13 +331,15 @@ def read_runs(paths):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
-    p.add_argument('--init_from', nargs='+', default=[], metavar='NAME',
+    p.add_argument('--ckpt', nargs='+', default=[], type=path_arg, metavar='PATH',
+                   help='train.py checkpoints (ckpt.pt or its folder)')
+    p.add_argument('--init_from', nargs='+', default=[], type=path_arg, metavar='NAME',
                    help='Hugging Face models (local files only): gpt2, gpt2-medium, a local Llama folder, ...')
     p.add_argument('--schemes', default=','.join(PAPER_SCHEMES), help=f"comma-separated, from {SCHEME_HELP} "
                    f"(default: {','.join(PAPER_SCHEMES)})")
     p.add_argument('--lm_head', action='store_true', help='also quantise the output head (default: full precision)')
-    p.add_argument('--data', default=None, help='prepared dataset folder (prepare_c4.py); its val split is used '
+    p.add_argument('--data', default=None, type=path_arg, help='prepared dataset folder (prepare_c4.py); its val '
+                   'split is used '
                    '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
     p.add_argument('--bos', default='auto', help="token prepended to every document: auto (the model's convention), "
                    "none, eot (the data's document separator) or a token id")
@@ -346,8 +347,10 @@ def main(argv=None):
     p.add_argument('--batch_size', type=int, default=8, help='documents per forward pass (per-tensor scales span it)')
     p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: as analyze.py)')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
-    p.add_argument('--json', metavar='PATH', help='write the results of all models to PATH (format: see above)')
-    p.add_argument('--table', nargs='+', metavar='JSON', help='render saved --json files side by side as Markdown')
+    p.add_argument('--json', metavar='PATH', type=path_arg,
+                   help='write the results of all models to PATH (format: see above)')
+    p.add_argument('--table', nargs='+', type=path_arg, metavar='JSON',
+                   help='render saved --json files side by side as Markdown')
     args = p.parse_args(argv)
     try:
         if args.table:
@@ -365,10 +368,9 @@ def main(argv=None):
         if args.batch_size < 1 or args.max_docs < 0:
             raise ValueError("--batch_size must be >= 1 and --max_docs >= 0")
         device = devices.choose_device(args.device)
-        if args.json:                                     # the folder exists before any model runs
-            if os.path.isdir(args.json):
-                raise ValueError(f"--json {args.json} is a folder; give the path of a file, e.g. {args.json}/quant.json")
-            runs.make_folder(os.path.dirname(args.json), '--json')
+        if args.json:   # the folder exists before any model runs; the file is none of the inputs
+            inputs = runs.read_paths(args.ckpt, [args.data or 'data/c4'], args.init_from)
+            check_output(args.json, '--json', inputs=inputs, make=True)
         if args.data is not None or args.init_from:      # fail before loading any model
             measure.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
         models = []

@@ -28,21 +28,25 @@ The folder (written to a new temporary folder beside OUT, checked, then renamed 
                     (synthetic tasks) are not written; the script says so.
 Before the rename, the folder is loaded with AutoModelForCausalLM and its logits on a random sequence of block_size
 tokens are compared with the checkpoint's: a difference above TOLERANCE is an error and nothing is left behind.
-The folder also holds .written-by, which names export_hf.py (fileio.MARK). OUT may not be or contain the checkpoint's
-folder; an existing OUT is replaced only with --force, and only when it is empty or export_hf.py wrote it (its
-.written-by names export_hf.py): never a file, a prepared dataset, a results folder or a run; nothing else is removed.
-An export written before .written-by existed is not replaced: move it away first.
+The folder also holds .written-by (fileio.MARK): its first line names export_hf.py, each further line is
+"<sha256>  <file>" for a file the export wrote. OUT may not be or contain the checkpoint's folder; an existing OUT is
+replaced only with --force, and only when it is empty or an earlier export whose listed files are unchanged: then
+those files alone are replaced, one by one (a file added since, e.g. a README.md model card, stays; one the new
+export would write over is refused). Never a file, a prepared dataset, a results folder or a run (a folder that
+another program has written into, e.g. train.py's config.json over the export's, is not export_hf.py's any more);
+nothing else is removed. An export whose .written-by lists no files (written before 2026-11-28) is not replaced:
+move it away first.
 """
 import argparse
 import os
 import shutil
 import sys
-import tempfile
 
 import torch
 
 import runs
-from fileio import PrepareError, check_output, disk_full, disk_full_text, mark_folder, remove_temporaries
+from fileio import (MARK, PrepareError, atomic_write, check_output, disk_full, disk_full_text, mark_folder,
+                    own_files, path_arg, remove_temporaries, temporary_folder)
 from tokenizer import (EOT_TEXT, GPT2_PAT, gpt2_ranks_file, load_tokenizer, read_tiktoken_ranks, tokenizer_mismatch,
                        transformers_tokenizer)
 
@@ -206,17 +210,16 @@ def export(ckpt, out, force=False):
 
 
 def write_folder(lm, hf, tokenizer, out):
-    """Write hf (and tokenizer) into a temporary folder beside out, marked as export_hf.py's first
-    (fileio.mark_folder: what --force may replace later, and a killed export's leftover the next export of out
-    removes), check it, then rename it to out (an existing out, which check_paths found ours, is removed just
-    before). The temporary folder is new (mkdtemp), so removing it on failure removes only what this run wrote.
-    Returns the max |logit difference|."""
+    """Write hf (and tokenizer) into a new temporary folder beside out, marked as export_hf.py's from its creation
+    (fileio.temporary_folder: a killed export's leftover the next export of out removes), check it, list its files
+    in the mark (what --force may replace later), then rename it to out, or move its files into an earlier export
+    (replace_files). Removing the temporary folder on failure removes only what this run wrote. Returns the max
+    |logit difference|."""
     parent, name = os.path.dirname(os.path.abspath(out)), os.path.basename(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
-    remove_temporaries(parent, [f'.{name}.*'], PROGRAM)   # an export of out killed before its rename (its mark)
-    tmp = tempfile.mkdtemp(prefix=f'.{name}.', suffix='.tmp', dir=parent)
+    remove_temporaries(parent, [name, f'.{name}.*'], PROGRAM)   # exports of out killed before their rename (marked)
+    tmp = temporary_folder(os.path.join(parent, name), PROGRAM)
     try:
-        mark_folder(tmp, PROGRAM)              # first: a kill leaves a folder the next export may remove
         hf.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
@@ -226,13 +229,42 @@ def write_folder(lm, hf, tokenizer, out):
         diff = logit_difference(lm.model, tmp)
         if not diff <= TOLERANCE:
             raise ValueError(f"the exported model's logits differ from the checkpoint's by {diff:.3g} > {TOLERANCE}")
+        mark_folder(tmp, PROGRAM, files=True)
         check_output(out, '--out', folder=True, replace=PROGRAM)   # again: it may have changed since the start
-        if os.path.isdir(out):
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        if os.path.isdir(out) and os.listdir(out):
+            replace_files(tmp, out)
+        else:
+            os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return diff
+
+
+def replace_files(new, out):
+    """Move the export in folder `new` into `out`, an earlier export (fileio.own_files): each file it writes replaces
+    the old one, the old export's other files are removed, anything else in out stays. A name out holds that the old
+    export did not write is a one-line ValueError before anything moves. The mark lists both exports' files until the
+    last step, so a kill at any moment leaves a folder whose files are each the old export's, the new one's or not
+    export_hf.py's, and which the next --force replaces again."""
+    own = own_files(out, PROGRAM)
+    with open(os.path.join(new, MARK)) as f:
+        listed = f.read().splitlines()[1:]
+    files = [line.partition('  ')[2] for line in listed]
+    theirs = [n for n in files if os.path.lexists(os.path.join(out, n)) and n not in own]
+    if theirs:
+        raise ValueError(f"--out {out} holds {theirs[0]}, which {PROGRAM} did not write and this export would "
+                         f"replace: move it away, or choose another --out")
+    with open(os.path.join(out, MARK)) as f:
+        old = f.read().splitlines()[1:]
+    with atomic_write(os.path.join(out, MARK)) as f:
+        f.write('\n'.join([PROGRAM, *old, *listed]) + '\n')
+    for name in files:
+        os.makedirs(os.path.dirname(os.path.join(out, name)), exist_ok=True)
+        os.replace(os.path.join(new, name), os.path.join(out, name))
+    for name in own:
+        if name not in files:
+            os.remove(os.path.join(out, name))
+    os.replace(os.path.join(new, MARK), os.path.join(out, MARK))
 
 
 @torch.no_grad()
@@ -247,8 +279,9 @@ def logit_difference(model, folder, seed=0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('--ckpt', required=True, help='train.py checkpoint (ckpt.pt, best.pt, ckpt_<iter>.pt) or its folder')
-    p.add_argument('--out', required=True, help='the Hugging Face folder to write')
+    p.add_argument('--ckpt', required=True, type=path_arg,
+                   help='train.py checkpoint (ckpt.pt, best.pt, ckpt_<iter>.pt) or its folder')
+    p.add_argument('--out', required=True, type=path_arg, help='the Hugging Face folder to write')
     p.add_argument('--force', action='store_true', help='replace --out when it exists')
     args = p.parse_args(argv)
     try:

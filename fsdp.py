@@ -17,8 +17,8 @@ step (full gradient rotated on every rank, moments sharded). AdamW, RMSProp and 
 
 Checkpoints: ckpt.pt keeps its format (the full model's state_dict, config, counters, RNG states) with
 'optimizer': None and 'sharded': {'dir': <folder beside it>, 'world': N}; that folder holds the DCP shards of the
-model and optimizer, written as <folder>.tmp and renamed once every rank finished, so a rank killed during a save
-leaves ckpt.pt naming the last complete folder. A resume under fsdp=True reads the shards with any number of ranks
+model and optimizer, written as <folder>.<8 hex>.tmp and renamed once every rank finished, so a rank killed during a
+save leaves ckpt.pt naming the last complete folder. A resume under fsdp=True reads the shards with any number of ranks
 (DCP reshards). best.pt and ckpt_<iter>.pt hold the weights only.
 """
 import os
@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from devices import agree
-from fileio import disk_full, disk_full_text, mark_folder, ours, temporary
+from fileio import disk_full, disk_full_text, ours, temporary_folder
 from model import GPT, GPTConfig
 from orthoadam import rotated_axes
 from train_config import TrainingError
@@ -131,9 +131,10 @@ def _dcp_errors():
 
 
 def save_sharded(model, optimizer, out_dir, iter_num, kept, reuse=False):
-    """The DCP shards of model and optimizer into out_dir/ckpt.dcp-<iter_num>: written as <folder>.tmp (created with
-    train.py's mark, fileio.mark_folder, so that only train.py's own leftovers are ever removed) by every rank,
-    renamed by rank 0 after all finished. Returns {'dir': the folder's name (relative to out_dir), 'world'}.
+    """The DCP shards of model and optimizer into out_dir/ckpt.dcp-<iter_num>: written into a new folder
+    <folder>.<8 hex>.tmp (fileio.temporary_folder, made by rank 0 and named to the others: created exclusively and
+    marked as train.py's at once, so that only train.py's own leftovers are ever removed) by every rank, renamed by
+    rank 0 after all finished. Returns {'dir': the folder's name (relative to out_dir), 'world'}.
     reuse=True (the state of the iteration ckpt.pt was written at, no step since): the folder ckpt.pt names, when it
     is complete. A failed write (a full disk, on any rank) removes the temporary folder and is a one-line
     TrainingError on every rank, `kept` saying which checkpoint is kept. Collective."""
@@ -145,16 +146,15 @@ def save_sharded(model, optimizer, out_dir, iter_num, kept, reuse=False):
         if found[0] and os.path.isfile(os.path.join(out_dir, found[0]['dir'], '.metadata')):
             return found[0]
     name = f'{SHARDED_PREFIX}{iter_num}'
-    final, tmp = os.path.join(out_dir, name), temporary(os.path.join(out_dir, name))
-    error = None
+    final, tmp, error = os.path.join(out_dir, name), [None], None
     if dist.get_rank() == 0:
         try:
-            if ours(tmp, 'train.py'):
-                shutil.rmtree(tmp)   # a killed save of the same iteration
-            mark_folder(tmp, 'train.py')
+            tmp[0] = temporary_folder(final, 'train.py')
         except OSError as e:
-            error = _save_error(e, tmp, kept)
+            error = _save_error(e, final, kept)
     agree(error)
+    dist.broadcast_object_list(tmp, src=0)
+    tmp = tmp[0]
     model_state, optim_state = get_state_dict(model, optimizer)
     try:
         dcp.save({'model': model_state, 'optimizer': optim_state}, checkpoint_id=tmp)   # the model too: for DCP tools

@@ -46,7 +46,7 @@ import time
 import xml.etree.ElementTree as ET
 
 import bench_report
-from fileio import check_output, write_json
+from fileio import atomic_write, check_output, path_arg, write_json
 from pinned_corpus import ARCHIVE_FILE, find_archive
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -253,7 +253,7 @@ def write_report(out):
                          f"{fmt(r.get('ppl'), '.2f')} | {fmt(r.get('kurtosis_first'), '.1f')} / "
                          f"{fmt(r.get('kurtosis_rest'), '.1f')} | {fmt(r.get('max_abs_first'), '.1f')} / "
                          f"{fmt(r.get('max_abs_rest'), '.1f')} | {fmt(r.get('first_attn_argmax'), '.3f')} |")
-    with open(path('report.md'), 'w') as f:
+    with atomic_write(path('report.md')) as f:
         f.write('\n'.join(lines) + '\n')
     write_json(path('report.json'), rep, indent=1)
     return rep
@@ -261,10 +261,11 @@ def write_report(out):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--out', required=True, help='folder for logs, part results and report.md / report.json')
+    p.add_argument('--out', required=True, type=path_arg, help='folder for logs, part results and report.md / report.json')
     p.add_argument('--parts', default=','.join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     p.add_argument('--quick', action='store_true', help='bench.py --quick and 30 training steps (a smoke run)')
-    p.add_argument('--data', default='data/pinned_archive', help='prepared dataset for the train part (made with '
+    p.add_argument('--data', default='data/pinned_archive', type=path_arg,
+                   help='prepared dataset for the train part (made with '
                    f'prepare_c4.py --source pinned --subset archive when missing, from data/{ARCHIVE_FILE} when there)')
     p.add_argument('--train_iters', type=int, default=100, help='training steps per variant (train part)')
     p.add_argument('--eval_tokens', type=int, default=262_144, help='validation tokens of each run (train part)')

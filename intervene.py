@@ -46,7 +46,6 @@ its folder is created before the first model runs.
 import argparse
 import dataclasses
 import math
-import os
 import sys
 import time
 from contextlib import contextmanager
@@ -58,7 +57,7 @@ import measure
 import runs
 import tables
 from model import GPT
-from fileio import model_label, write_json
+from fileio import check_output, model_label, path_arg, write_json
 
 INTERVENTIONS = ('none', 'zero', 'mean', 'zero_random', 'mask_first_key')
 MASSIVE_ABS, MASSIVE_RATIO = 100.0, 1000.0     # Sun et al.'s bar: |x| > 100 and > 1000 x the median |x|
@@ -221,8 +220,9 @@ def channel_summary(m):
 # ----------------------------------------------------------------------------- command line
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
-    p.add_argument('--init_from', nargs='+', default=[], metavar='NAME',
+    p.add_argument('--ckpt', nargs='+', default=[], type=path_arg, metavar='PATH',
+                   help='train.py checkpoints (ckpt.pt or its folder)')
+    p.add_argument('--init_from', nargs='+', default=[], type=path_arg, metavar='NAME',
                    help='Hugging Face GPT-2 / Llama models (local files only) or GGUF files')
     p.add_argument('--interventions', default=','.join(INTERVENTIONS[1:]),
                    help=f"comma-separated, from {', '.join(INTERVENTIONS[1:])} (default: all; none always runs)")
@@ -230,7 +230,8 @@ def main(argv=None):
     p.add_argument('--massive_only', action='store_true', help="zero, mean and zero_random change only the chosen "
                    "channels that pass Sun et al.'s bar, in the layers where they do (zero_random: as many random "
                    "ones)")
-    p.add_argument('--data', default=None, help='prepared dataset folder (prepare_c4.py); its val split is used '
+    p.add_argument('--data', default=None, type=path_arg, help='prepared dataset folder (prepare_c4.py); its val '
+                   'split is used '
                    '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
     p.add_argument('--bos', default='auto', help="token prepended to every document: auto (the model's convention), "
                    "none, eot (the data's document separator) or a token id")
@@ -240,7 +241,8 @@ def main(argv=None):
                    'causal_free_prefix (default: as analyze.py)')
     p.add_argument('--sink_eps', type=float, default=measure.SINK_EPS, help="sink_rate's threshold (as analyze.py)")
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
-    p.add_argument('--json', metavar='PATH', help='write the results of all models to PATH (format: see above)')
+    p.add_argument('--json', metavar='PATH', type=path_arg,
+                   help='write the results of all models to PATH (format: see above)')
     args = p.parse_args(argv)
     try:
         names = [x.strip() for x in args.interventions.split(',') if x.strip()]
@@ -266,11 +268,9 @@ def main(argv=None):
                              f"{args.block_size}")
         device = devices.choose_device(args.device)
         batch_size = args.batch_size or measure.default_batch_size(device)
-        if args.json:                                     # the folder exists before any model runs
-            if os.path.isdir(args.json):
-                raise ValueError(f"--json {args.json} is a folder; give the path of a file, e.g. "
-                                 f"{args.json}/intervene.json")
-            runs.make_folder(os.path.dirname(args.json), '--json')
+        if args.json:   # the folder exists before any model runs; the file is none of the inputs
+            inputs = runs.read_paths(args.ckpt, [args.data or 'data/c4'], args.init_from)
+            check_output(args.json, '--json', inputs=inputs, make=True)
         if args.data is not None or args.init_from:      # fail before loading any model
             measure.data_or_hint(args.data or 'data/c4', args.init_from[0] if args.init_from else None)
         models = []

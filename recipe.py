@@ -1,6 +1,8 @@
 """The sink recipe of `reproduce.py --scale gpu` as data, and what a row of it needs around training:
-its knobs with their evidence (RECIPE, docs/reproducing.md says the same at length), the state of a row's run from
-its log.jsonl (finished, stopped at a job's time budget, diverged), one tarball of a row's results (pack_run), and
+its knobs with their evidence (RECIPE, docs/reproducing.md says the same at length), a row's overrides at that scale
+(gpu_rows), the state of a row's run from
+its log.jsonl (finished, stopped at a job's time budget or by a signal, diverged) and a job's exit code
+(stopped_by: a signal's 128 + N), one tarball of a row's results (pack_run), and
 the check whether the vanilla and softmax-1 + OrthoAdam rows meet the sink goal (check_goal: a vanilla row with a
 sink and outliers, a softmax-1 + OrthoAdam row without them at the same perplexity).
 
@@ -11,11 +13,11 @@ import io
 import json
 import math
 import os
+import signal
 import sys
 import tarfile
-import tempfile
 
-from fileio import disk_full, disk_full_text
+from fileio import atomic_write, disk_full, disk_full_text
 
 # Every knob: (config key, value, evidence). sink-recipe.md (the science notes) holds the sources; G = Gu et al.,
 # ICLR 2025 (60M LLaMA, share of heads whose first-token mass > 0.3), B = Bondarenko et al., NeurIPS 2023.
@@ -53,6 +55,27 @@ def recipe_overrides(table, cfg):
             and not (k == 'weight_decay' and cfg['optimizer'] not in DECOUPLED_WEIGHT_DECAY)}
 
 
+GPU_SHAPE = dict(n_layer=10, n_head=8, n_embd=512)   # config/gpt2_60m.py
+PROBE_DOCS = 32   # documents of each probe at the gpu scale (the pilots' configs say the same)
+
+
+def gpu_rows(table, cfg):
+    """The gpu scale of one row (reproduce.py's SCALES['gpu']): None for rows it leaves out, else its overrides: the
+    sink recipe (RECIPE: document windows, weight decay with a decoupled optimizer) and the row's steps (STEPS) of
+    TOKENS_PER_STEP tokens, each row at its own context."""
+    shaped = table in ('table5', 'mitigations')
+    if not shaped and cfg['n_embd'] > 768:
+        return None                                        # 350M and 1.4B rows
+    iters = STEPS['pilot' if table == 'pilots' else 'shaped' if shaped else '60m' if cfg['n_embd'] <= 512 else '130m']
+    out = dict(GPU_SHAPE) if shaped else {}
+    probes = 25 if table == 'pilots' else 40     # the trajectory: a probe every 120 (pilots) or 250 (60M) steps
+    # two evaluations and the last: each writes ckpt.pt and best.pt (1.4 GB at 60M), which a GPU session cannot keep
+    out.update(recipe_overrides(table, cfg), batch_size=TOKENS_PER_STEP // cfg['block_size'], max_iters=iters,
+               warmup_iters=round(0.06 * iters), lr_decay_iters=0, eval_interval=iters // 2,
+               probe_interval=iters // probes, probe_docs=PROBE_DOCS, log_interval=max(1, iters // 100))
+    return out
+
+
 # ----------------------------------------------------------------------------- a row's state
 def run_state(run_dir, max_iters):
     """What log.jsonl says of a row's training: {'state': 'finished' | 'stopped' | 'diverged' | 'started' | 'none',
@@ -80,6 +103,19 @@ def run_state(run_dir, max_iters):
     return state
 
 
+def stopped_by(returncode):
+    """The signal that stopped a command, from its exit code, or None: train.py exits 128 + the signal's number after
+    writing its checkpoint (130 for SIGINT, 143 for SIGTERM, as a shell reports a process a signal ended), and
+    subprocess reports a process a signal killed outright as minus its number. Such a job is not finished: the same
+    command continues it."""
+    number = -returncode if returncode is not None and returncode < 0 else (
+        returncode - 128 if returncode is not None and 128 < returncode < 128 + signal.NSIG else None)
+    try:
+        return signal.Signals(number) if number else None
+    except ValueError:
+        return None
+
+
 # ----------------------------------------------------------------------------- packing
 def pack_run(run_dir, dest, extra=(), limit=PACK_LIMIT):
     """<dest>: one .tar.gz of a row's results (PACK_FILES that exist, every .png of the folder, and `extra` paths),
@@ -103,16 +139,11 @@ def pack_run(run_dir, dest, extra=(), limit=PACK_LIMIT):
         raise ValueError(f"the pack of {run_dir} would be {len(data) / 2 ** 20:.1f} MiB > {limit / 2 ** 20:.0f} MiB "
                          f"(largest file {big}, {os.path.getsize(big) / 2 ** 20:.1f} MiB): log less often "
                          f"(--log_interval) or leave it out")
-    folder, tmp = os.path.dirname(os.path.abspath(dest)), None
-    try:   # a unique temporary name: two packs of one row at once do not collide
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix='.pack.', delete=False) as f:
-            tmp = f.name
+    try:   # a new temporary name (fileio.atomic_write): two packs of one row at once do not collide
+        os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+        with atomic_write(dest, 'wb') as f:
             f.write(data)
-        os.replace(tmp, dest)
     except OSError as e:
-        if tmp is not None and os.path.isfile(tmp):   # a full disk's part of it was left for good
-            os.remove(tmp)
         if disk_full(e):
             raise ValueError(disk_full_text(dest)) from None
         raise ValueError(f"cannot write {dest} ({e.strerror}); choose another --pack folder") from None

@@ -48,9 +48,9 @@ from dataclasses import dataclass, field, replace
 from configurator import ConfigError, load_config
 from pinned_corpus import CorpusError, find_archive
 from dataset import load_meta, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
-from fileio import PrepareError, check_output, duration, number, write_json
+from fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from paper_tables import TABLES
-from recipe import PILOT_KEYS, STEPS, TOKENS_PER_STEP, check_goal, goal_text, pack_runs, recipe_overrides, run_state
+from recipe import PILOT_KEYS, check_goal, goal_text, gpu_rows, pack_runs, run_state, stopped_by
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -70,27 +70,6 @@ class Scale:
     row_overrides: object = None   # (table, resolved row config) -> extra overrides, or None: not run at this scale
     datasets: tuple = ()           # the first of these that is prepared replaces overrides['dataset']
     expected: bool = False         # print the expected wall time on one H100 before running
-
-
-GPU_SHAPE = dict(n_layer=10, n_head=8, n_embd=512)   # config/gpt2_60m.py
-PROBE_DOCS = 32   # documents of each probe at the gpu scale (the pilots' configs say the same)
-
-
-def gpu_rows(table, cfg):
-    """The gpu scale of one row (see SCALES['gpu']): None for rows it leaves out, else its overrides: the sink
-    recipe (recipe.RECIPE: document windows, weight decay with a decoupled optimizer) and the row's steps
-    (recipe.STEPS) of TOKENS_PER_STEP tokens, each row at its own context."""
-    shaped = table in ('table5', 'mitigations')
-    if not shaped and cfg['n_embd'] > 768:
-        return None                                        # 350M and 1.4B rows
-    iters = STEPS['pilot' if table == 'pilots' else 'shaped' if shaped else '60m' if cfg['n_embd'] <= 512 else '130m']
-    out = dict(GPU_SHAPE) if shaped else {}
-    probes = 25 if table == 'pilots' else 40     # the trajectory: a probe every 120 (pilots) or 250 (60M) steps
-    # two evaluations and the last: each writes ckpt.pt and best.pt (1.4 GB at 60M), which a GPU session cannot keep
-    out.update(recipe_overrides(table, cfg), batch_size=TOKENS_PER_STEP // cfg['block_size'], max_iters=iters,
-               warmup_iters=round(0.06 * iters), lr_decay_iters=0, eval_interval=iters // 2,
-               probe_interval=iters // probes, probe_docs=PROBE_DOCS, log_interval=max(1, iters // 100))
-    return out
 
 
 SCALES = {
@@ -154,6 +133,14 @@ def scaled_overrides(cfg, scale: Scale, steps: int, table=None):
 
 class SweepError(Exception):
     """A one-line, user-facing error."""
+
+
+class Interrupted(SweepError):
+    """A command stopped by a signal (train.py: after its checkpoint); reproduce.py exits 128 + its number too."""
+
+    def __init__(self, message, signum):
+        super().__init__(message)
+        self.signum = signum
 
 
 # ----------------------------------------------------------------------------- planning
@@ -445,7 +432,10 @@ def _subprocess(run, step, cmd, env, echo):
             elif line.startswith('iter ') and time.time() - last >= 60:
                 last = time.time()
                 print(f"  {run.name}: {line.strip()}", file=sys.stderr, flush=True)
-    if proc.wait() != 0:
+    if proc.wait() != 0 and stopped_by(proc.returncode):   # not finished, not failed: no further job of the chain
+        raise Interrupted(f"{run.name}: {step} stopped by {stopped_by(proc.returncode).name} (exit {proc.returncode});"
+                          f" the same command continues it", stopped_by(proc.returncode))
+    if proc.returncode != 0:
         raise SweepError(f"{run.name}: {step} failed (exit {proc.returncode}{': ' + error if error else ''}); "
                          f"see {path}")
 
@@ -482,8 +472,8 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
                       f"elapsed {duration(time.time() - t0)}, ETA {duration(eta)}", file=sys.stderr, flush=True)
         except SweepError as e:
             with lock:
-                failures.append(str(e))
-            print(f"[failed] {e}", file=sys.stderr, flush=True)
+                failures.append(e)
+            print(f"[{'stopped' if isinstance(e, Interrupted) else 'failed'}] {e}", file=sys.stderr, flush=True)
         finally:
             with lock:
                 slots.append(slot)
@@ -607,8 +597,10 @@ def main(argv=None):
                    '(a WORD that is a row\'s whole name, e.g. gpt2_60m_s1, selects that row alone)')
     p.add_argument('--nproc', type=number(int, 1), default=1, help='processes (GPUs) per training run, through torchrun')
     p.add_argument('--jobs', type=number(int, 1), default=1, help='runs at once (CUDA: each gets its own --nproc GPUs)')
-    p.add_argument('--out', default=os.path.join('out', 'reproduce'), help='results root (default out/reproduce)')
-    p.add_argument('--dataset', help='train and evaluate every row on this prepared folder (overrides the scale)')
+    p.add_argument('--out', default=os.path.join('out', 'reproduce'), type=path_arg,
+                   help='results root (default out/reproduce)')
+    p.add_argument('--dataset', type=path_arg,
+                   help='train and evaluate every row on this prepared folder (overrides the scale)')
     p.add_argument('--iters', type=number(int, 1), help="iterations per row (x the row's schedule factor) instead of the scale's")
     p.add_argument('--dry_run', action='store_true', help='print the commands of the runs to do; run nothing')
     p.add_argument('--render', action='store_true', help='render the tables from existing results; run nothing')
@@ -616,13 +608,20 @@ def main(argv=None):
                    "after this many minutes of training with a checkpoint (train.py --max_minutes); 0 = one job")
     p.add_argument('--max_jobs', type=number(int, 0), default=0, help='training jobs per row in this invocation (0 = until '
                    'the row is finished); the same command continues an unfinished row exactly')
-    p.add_argument('--pack', metavar='DIR', help="after rendering, pack each row's results and the tables' files into "
+    p.add_argument('--pack', metavar='DIR', type=path_arg,
+                   help="after rendering, pack each row's results and the tables' files into "
                    "DIR/<run>.tar.gz (<= 16 MiB each: recipe.pack_run)")
     p.add_argument('--goal', action='store_true', help="check the 60M vanilla and softmax-1 + OrthoAdam rows against "
                    "the sink goal (recipe.check_goal); exit 1 when it is not met")
     p.add_argument('--allow_cpu', action='store_true', help='start the paper or gpu scale on a machine without a CUDA '
                    'GPU (days of work; without this flag such a run shows its plan and stops)')
     args = p.parse_args(argv)   # the numbers are checked where they are parsed (fileio.number)
+    ignored = [o for o, given in (('--render', args.render), ('--pack', args.pack), ('--goal', args.goal),
+                                  ('--max_jobs', args.max_jobs)) if given]
+    if args.dry_run and ignored:   # it runs and reads nothing: an option that would, refused rather than ignored
+        p.error(f"--dry_run prints the commands and runs nothing: {' and '.join(ignored)} cannot be honoured; drop one")
+    if any(not word.strip() for word in args.rows):
+        p.error("--rows: an empty WORD would select every row (an unset shell variable?); give part of a config name")
     scale = SCALES[args.scale]
     if args.iters is not None:
         scale = replace(scale, iters=args.iters, description=f"{scale.description}; --iters {args.iters}")
@@ -666,7 +665,7 @@ def main(argv=None):
         for name in args.tables:
             md, doc = render(name, runs, args.scale, scale)
             os.makedirs(out, exist_ok=True)
-            with open(os.path.join(out, f'{name}.md'), 'w') as f:
+            with atomic_write(os.path.join(out, f'{name}.md')) as f:
                 f.write(md + '\n')
             write_json(os.path.join(out, f'{name}.json'), doc, indent=1)
             figures += [p for p in [draw_trajectories(name, runs, out)] if p]
@@ -676,14 +675,21 @@ def main(argv=None):
         tables = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures
         unpacked = pack_runs({r.name: r.cfg['out_dir'] for r in runs}, args.pack, tables) if args.pack else []
         met = goal(runs) if args.goal else True
+        for e in failures:   # a job a signal stopped: exit as train.py did, 128 + its number
+            if isinstance(e, Interrupted):
+                print(f"reproduce.py: {e}", file=sys.stderr)
+                sys.exit(128 + e.signum)
         if failures:
-            sys.exit(f"reproduce.py: error: {len(failures)} run(s) failed: " + '; '.join(failures))
+            sys.exit(f"reproduce.py: error: {len(failures)} run(s) failed: " + '; '.join(map(str, failures)))
         if unpacked:   # a script or a GPU job must not read success when a pack is missing
             sys.exit(f"reproduce.py: error: {len(unpacked)} of {len(runs)} row(s) not packed: " + '; '.join(unpacked))
         if not met:
             sys.exit("reproduce.py: the sink goal is not met (the lines above say which part)")
     except SweepError as e:
         sys.exit(f'reproduce.py: error: {e}')
+    except KeyboardInterrupt:   # Ctrl-C reaches train.py too, which writes its checkpoint
+        print("reproduce.py: interrupted (SIGINT); the same command continues", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == '__main__':

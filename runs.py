@@ -3,6 +3,7 @@ config.json), the lock, atomic checkpoint saves that leave the last good checkpo
 checkpoints and log.jsonl back, what a resume may change of a checkpoint's config (check_resume), and loading a model
 for measurement (load_model: a checkpoint, a Hugging Face model or a GGUF file) with the dataset it was trained on, or
 for training (public_model: init_from='hf:...')."""
+import fnmatch
 import json
 import os
 import socket
@@ -16,8 +17,8 @@ try:
 except ImportError:  # Windows: runs go unlocked, with a warning
     fcntl = None
 
-from dataset import load_meta, resolve_dataset
-from fileio import PrepareError, check_output, remove_temporaries, temporary
+from dataset import DATA_FILES, load_meta, resolve_dataset
+from fileio import PrepareError, atomic_write, check_output, remove_temporaries
 from model import GPT, GPTConfig, load_hf
 from tokenizer import load_tokenizer, tokenizer_mismatch
 from train_config import DEFAULTS, PUBLIC_MODEL_KEYS, RESUME_IGNORED, RESUME_MUST_MATCH, TrainingError
@@ -58,7 +59,7 @@ def lock_out_dir(out_dir):
     return fd
 
 
-# what train.py writes into out_dir through a temporary NAME.tmp (runs.save_checkpoint, configurator.save_config,
+# what train.py writes into out_dir under a temporary NAME.<8 hex>.tmp (runs.save_checkpoint, configurator.save_config,
 # fsdp.save_sharded's marked folder): the only *.tmp names its cleanup removes (fileio.remove_temporaries)
 TEMPORARIES = ('ckpt.pt', 'best.pt', 'ckpt_*.pt', 'config.json', 'ckpt.dcp-*')
 
@@ -74,7 +75,7 @@ def file_state(path):
     """(inode, size, mtime) of a file, None if absent: whether out_dir changed between two moments."""
     try:
         st = os.stat(path)
-    except FileNotFoundError:
+    except OSError:   # absent, or a path that cannot name a file (too long: eval_only checks no out_dir)
         return None
     return st.st_ino, st.st_size, st.st_mtime_ns
 
@@ -97,22 +98,12 @@ def fsync_dir(path):
 
 
 def save_checkpoint(path, ckpt):
-    """Atomic: write to a temporary file in the same folder, fsync, then rename over the old one. A write that fails
-    (a full disk: OSError ENOSPC, or torch.save's RuntimeError) removes the temporary file and leaves the old
-    checkpoint as it was; the caller decides what to say (fileio.disk_full)."""
-    tmp = temporary(path)
-    try:
-        with open(tmp, 'wb') as f:
-            torch.save(ckpt, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    """Atomic: write to a new temporary file in the same folder (fileio.atomic_write: an existing name, a link too,
+    is never followed), fsync, then rename over the old one. A write that fails (a full disk: OSError ENOSPC, or
+    torch.save's RuntimeError) removes the temporary file and leaves the old checkpoint as it was; the caller decides
+    what to say (fileio.disk_full)."""
+    with atomic_write(path, 'wb', sync=True) as f:
+        torch.save(ckpt, f)
     fsync_dir(path)
 
 
@@ -325,6 +316,35 @@ def read_probes(path):
     probe_interval event {"event": "probe"}; a repeated iteration (a job that probed it again) keeps the last line."""
     found = {e['iter']: e for e in log_events(path) if e['event'] in ('eval', 'probe') and isinstance(e.get('probe'), dict)}
     return [found[k] for k in sorted(found)]
+
+
+# the files of a run folder: a command that reads a checkpoint writes beside them, never over one (read_paths)
+RUN_FILES = ('ckpt.pt', 'best.pt', 'ckpt_*.pt', 'config.json', 'log.jsonl', '.lock', 'ckpt.dcp-*')
+
+
+def read_paths(ckpts=(), data=(), others=()):
+    """What a measuring command reads, for fileio.check_output's inputs (its outputs may not replace one): each
+    checkpoint (a file, or a run folder's ckpt.pt) with the files of its run (RUN_FILES beside it) and of the data
+    folder it records; each --data folder's files (DATA_FILES); each other path read that exists here (a local model's
+    file or folder, a folder with all it holds; a hub name is nothing here)."""
+    paths, data = [], list(data)
+    for spec in ckpts:
+        path = os.path.join(spec, 'ckpt.pt') if os.path.isdir(spec) else spec
+        folder = os.path.dirname(path) or '.'
+        paths.append(path)
+        if os.path.isdir(folder):
+            paths += [os.path.join(folder, e) for e in os.listdir(folder)
+                      if any(fnmatch.fnmatchcase(e, p) for p in RUN_FILES)]
+        try:   # memory-mapped: the weights are not read
+            ckpt = torch.load(path, map_location='cpu', mmap=True, weights_only=False)
+            data.append(run_dataset((ckpt.get('config') or {}).get('dataset'), path,
+                                    (ckpt.get('data') or {}).get('dir')))
+        except Exception:   # not a checkpoint: loading it later says so
+            pass
+    for folder in data:
+        if folder:
+            paths += [os.path.join(resolve_dataset(folder), name) for name in DATA_FILES]
+    return paths + [p for p in others if p and os.path.exists(p)]
 
 
 def make_folder(path, option):

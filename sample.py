@@ -30,7 +30,7 @@ import time
 import torch
 
 from devices import choose_device
-from fileio import PrepareError
+from fileio import PrepareError, path_arg
 from runs import check_ckpt, load_gpt
 from tokenizer import load_tokenizer
 
@@ -94,8 +94,9 @@ def prompt_ids(start, tok, bos):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('--ckpt', metavar='PATH', help='a train.py checkpoint (ckpt.pt, best.pt or its out_dir)')
-    p.add_argument('--init_from', metavar='NAME', help='a public model: hf:NAME_OR_DIR or hf:FILE.gguf (local files)')
+    p.add_argument('--ckpt', metavar='PATH', type=path_arg, help='a train.py checkpoint (ckpt.pt, best.pt or its out_dir)')
+    p.add_argument('--init_from', metavar='NAME', type=path_arg,
+                   help='a public model: hf:NAME_OR_DIR or hf:FILE.gguf (local files)')
     p.add_argument('--start', default='', help="the prompt: text, or FILE:path for a file's contents (default: empty)")
     p.add_argument('--num_samples', type=int, default=3, help='samples to draw (default 3)')
     p.add_argument('--max_new_tokens', type=int, default=200, help='tokens generated per sample (default 200)')

@@ -58,10 +58,10 @@ import torch
 import torch.nn.functional as F
 
 from devices import choose_device
-from fileio import PrepareError, model_label, portable_path, read_json, write_json
+from fileio import PrepareError, check_output, model_label, path_arg, portable_path, read_json, write_json
 from measure import check_data, choose_bos, data_or_hint
 from plots import _pyplot, _save
-from runs import check_ckpt, load_gpt, make_folder
+from runs import check_ckpt, load_gpt, read_paths
 from tables import json_safe, run_label, text_table
 
 
@@ -214,10 +214,12 @@ def load_results(paths):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument('--ckpt', nargs='+', default=[], metavar='PATH', help='train.py checkpoints (ckpt.pt or its folder)')
-    p.add_argument('--init_from', nargs='+', default=[], metavar='NAME',
+    p.add_argument('--ckpt', nargs='+', default=[], type=path_arg, metavar='PATH',
+                   help='train.py checkpoints (ckpt.pt or its folder)')
+    p.add_argument('--init_from', nargs='+', default=[], type=path_arg, metavar='NAME',
                    help="public models: Hugging Face names or folders (local files) or GGUF files ('hf:' optional)")
-    p.add_argument('--data', default=None, help="prepared dataset folder (prepare_c4.py); its val split is the stream "
+    p.add_argument('--data', default=None, type=path_arg,
+                   help="prepared dataset folder (prepare_c4.py); its val split is the stream "
                    "(default: a checkpoint's own training data, data/c4 for public models)")
     p.add_argument('--tokens', type=int, default=2048, help='length of the stream, the BOS included')
     p.add_argument('--windows', type=int, nargs='+', default=[128, 256], metavar='W', help='recent tokens kept')
@@ -226,9 +228,11 @@ def main(argv=None):
                    "or a token id")
     p.add_argument('--smooth', type=int, default=64, help='tokens per point of the plotted moving average')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
-    p.add_argument('--json', metavar='PATH', help='write results: PATH.json for one model, else a folder')
-    p.add_argument('--plot', metavar='PNG', help='write the figure (all models on one figure)')
-    p.add_argument('--replot', nargs='+', metavar='JSON', help='draw saved JSON files (--plot) instead of running')
+    p.add_argument('--json', metavar='PATH', type=path_arg,
+                   help='write results: PATH.json for one model, else a folder')
+    p.add_argument('--plot', metavar='PNG', type=path_arg, help='write the figure (all models on one figure)')
+    p.add_argument('--replot', nargs='+', type=path_arg, metavar='JSON',
+                   help='draw saved JSON files (--plot) instead of running')
     args = p.parse_args(argv)
     try:
         if args.smooth < 1:
@@ -236,6 +240,7 @@ def main(argv=None):
         if args.replot:
             if not args.plot:
                 raise ValueError("--replot draws a figure: give --plot PNG")
+            check_output(args.plot, '--plot', inputs=args.replot, make=True)
             results = load_results(args.replot)
             for r in results:
                 print(f"{run_label(r['model'])} ({r['data']['tokens']:,} tokens of {r['data']['dir']})\n"
@@ -254,10 +259,14 @@ def main(argv=None):
         windows, sinks = sorted(set(args.windows)), sorted(set(args.sinks))
         if args.json and args.json.endswith('.json') and len(specs) > 1:
             raise ValueError(f"--json {args.json} is one file but {len(specs)} models were given: pass a folder")
-        if args.json:
-            make_folder(args.json if not args.json.endswith('.json') else os.path.dirname(args.json), '--json')
+        labels = [run_label(s) for s in specs]
+        labels = [x if labels.count(x) == 1 else f'{x}-{i + 1}' for i, x in enumerate(labels)]
+        inputs = read_paths(args.ckpt, [args.data or 'data/c4'], specs[len(args.ckpt):])
+        for label in labels if args.json else []:   # the folders exist before any model runs; no file is an input
+            check_output(args.json if args.json.endswith('.json') else os.path.join(args.json, f'{label}.json'),
+                         '--json', inputs=inputs, make=True)
         if args.plot:
-            make_folder(os.path.dirname(args.plot), '--plot')
+            check_output(args.plot, '--plot', inputs=inputs, make=True)
         device = choose_device(args.device)
         if args.data is not None or args.init_from:
             data_or_hint(args.data or 'data/c4', specs[len(args.ckpt)] if args.init_from else None)
@@ -268,8 +277,6 @@ def main(argv=None):
             lm = choose_bos(lm, args.bos, data_or_hint(data))
             results.append(evaluate(lm, data, args.tokens, windows, sinks, device))
             del lm
-        labels = [run_label(s) for s in specs]
-        labels = [x if labels.count(x) == 1 else f'{x}-{i + 1}' for i, x in enumerate(labels)]
         for label, r in zip(labels, results):
             print(f"{label} ({args.tokens:,} tokens of {r['data']['dir']}, {r['data']['documents']} documents)\n"
                   + text_table(*table(r)) + '\n')

@@ -1,5 +1,6 @@
 """Tables of measured models (analyze.py, eval_quant.py, intervene.py, reproduce.py): run labels, the rows of the
-paper's tables as text or Markdown, saved JSON results read back, and JSON-safe values (NaN as null)."""
+paper's tables as text or Markdown, saved JSON results read back, JSON-safe values (NaN as null), and train.py's
+progress lines of an evaluation and a probe (ppl_text, probe_text)."""
 import glob
 import json
 import math
@@ -113,3 +114,18 @@ def json_safe(x):
     if isinstance(x, list):
         return [json_safe(v) for v in x]
     return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def probe_text(iter_num, p):
+    """The progress line of a probe (None: nothing was counted, e.g. no document longer than one token)."""
+    f = _fmt
+    return (f"probe iter {iter_num} ({p['documents']} docs): kurtosis first {f(p['kurtosis_first'], '.2f')} rest "
+            f"{f(p['kurtosis_rest'], '.2f')} | max |x| first {f(p['max_abs_first'], '.3g')} rest "
+            f"{f(p['max_abs_rest'], '.3g')} | first attn {f(p['first_attn_argmax'], '.3f')} (mass "
+            f"{f(p['first_attn_mass'], '.3f')}, nowhere {f(p['attn_nowhere'], '.3f')}) | resid peak "
+            f"{f(p['resid_peak'], '.3g')} | value drain {f(p['value_drain'], '.3g')} (min {f(p['value_drain_min'], '.3g')})")
+
+
+def ppl_text(ppl):
+    """Perplexity for a progress line: evaluate() caps it at exp(700) (~1e304) to stay finite."""
+    return f"{ppl:.2f}" if ppl < 1e6 else f"{ppl:.3g}" if ppl < 1e304 else '>1e304'

@@ -13,7 +13,7 @@ Every key of DEFAULTS (train_config.py, the config schema) can be set in a confi
 Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.pt (lowest validation
 loss so far), ckpt_<iter>.pt (with save_every: a checkpoint kept every N iterations), config.json (resolved
 config), log.jsonl (one JSON event per line), .lock (held while a run uses the folder). SIGINT/SIGTERM write
-a checkpoint and exit; a non-finite loss or a diverging validation loss stops without writing one.
+a checkpoint and exit 128 + its number (130, 143; max_minutes: 0); a non-finite or diverging loss writes none.
 docs/guarantees.md lists what a run promises. Read top to bottom: train() is the run in nanoGPT's order (config,
 data, model, optimizer, loop), training_loop() the loop, each of its steps a function below it.
 """
@@ -43,9 +43,9 @@ from model import GPT, GPTConfig
 from optimizers import configure_optimizer, get_lr, set_hyperparameters, set_lr
 from runs import (LoadedModel, check_model_args, check_out_dir, check_resume, file_state, load_checkpoint, lock_out_dir,
                   only_best, open_log, public_model, remove_leftovers, rng_state, save_checkpoint)
-from tables import _fmt, json_safe
+from tables import json_safe, ppl_text, probe_text
 from train_config import CHOICES, DEFAULTS, HELP, INIT_FROM, MODEL_KEYS, RANGES, TrainingError
-from train_data import check_tokens, data_identity, get_batch, memmap, open_data, verify_tokens, window_starts
+from train_data import check_tokens, data_identity, eval_windows, get_batch, memmap, open_data, verify_tokens
 
 
 # --------------------------------------------------------------------- the run: config, data, model, optimizer, loop
@@ -99,6 +99,8 @@ def train(cfg):
     meta = opened['meta']
     # data: every token id of the splits this run reads; then rank 0 takes out_dir (the lock, config.json)
     collectively(check_data, cfg, meta, opened['paths'], rank, world, device)
+    if rank == 0 and (note := eval_windows(opened['paths']['val'], meta, cfg)[1]):   # eval_tokens cut or rounded
+        print(note)
     lock = (collectively(claim_out_dir, cfg, ckpt_path, opened['seen'], opened['finished']) if rank == 0
             else collectively(lambda: None))
     with contextlib.ExitStack() as cleanup:
@@ -146,6 +148,9 @@ def check_launch(cfg, world):
     if 0 < cfg['divergence_factor'] < 1:
         raise TrainingError(f"divergence_factor={cfg['divergence_factor']} must be 0 (off) or >= 1 "
                             f"(a perplexity ratio to the best so far)")
+    if cfg['probe_interval'] and not cfg['probe_docs']:
+        raise TrainingError(f"probe_interval={cfg['probe_interval']} asks for a probe every {cfg['probe_interval']} iterations, "
+                            f"but probe_docs=0 turns the probe off: set probe_docs=N (N > 0) or probe_interval=0")
     rank_share(cfg['gradient_accumulation_steps'], cfg['batch_size'], world, 0)
     fsdp.check_fsdp(cfg, world)
     try:   # the model's own rules (GPTConfig), before any data is read; vocab_size=0 is resolved later
@@ -385,27 +390,29 @@ def log_progress(r, lr):
 
 
 def stop_reason(r, stop):
-    """'signal' or 'max_minutes' (a job's time budget) when the run stops here, agreed by every rank; else None."""
+    """The signal received (SIGINT, SIGTERM: its number, on any rank) or 'max_minutes' (a job's time budget) when the
+    run stops here, agreed by every rank; else None."""
     cfg = r.cfg
     out_of_time = 0 < cfg['max_minutes'] * 60 <= time.time() - r.t_start and r.iter_num < cfg['max_iters']
-    stopping = stop['signal'] is not None or out_of_time
+    signum = stop['signal'] or 0
     if r.world > 1:
-        stopping = any_rank(torch.tensor(stopping, device=r.device))
-    return ('max_minutes' if out_of_time else 'signal') if stopping else None
+        signum, out_of_time = all_reduce(torch.tensor([signum, out_of_time], device=r.device), dist.ReduceOp.MAX).tolist()
+    return signum or ('max_minutes' if out_of_time else None)
 
 
 def stop_with_checkpoint(r, reason):
-    """A stop like the end of a job: ckpt.pt, a 'stopped' event, exit 0; the next job resumes exactly."""
+    """A stop like the end of a job: ckpt.pt, a 'stopped' event; the next job resumes exactly. A signal's stop returns
+    its number (main exits 128 + it), a time budget's exits 0."""
     cfg = r.cfg
     if any_rank(r.nonfinite):
         raise TrainingError(f"non-finite loss before iteration {r.iter_num}; the last good checkpoint is kept")
     checkpoint(r, r.ckpt_path)
-    why = f"time budget max_minutes={cfg['max_minutes']:g} reached" if reason == 'max_minutes' else "signal received"
-    r.log({'event': 'stopped', 'iter': r.iter_num, 'reason': reason})
+    name = None if reason == 'max_minutes' else signal.Signals(reason).name
+    why = f"{name} received" if name else f"time budget max_minutes={cfg['max_minutes']:g} reached"
+    r.log({'event': 'stopped', 'iter': r.iter_num, 'reason': 'signal' if name else reason} | ({'signal': name} if name else {}))
     if r.master:
-        print(f"{why}: checkpoint written at iteration {r.iter_num} to {r.ckpt_path}; "
-              f"continue with --init_from=resume")
-    return {'interrupted': True, 'iter': r.iter_num}
+        print(f"{why}: checkpoint written at iteration {r.iter_num} to {r.ckpt_path}; continue with --init_from=resume")
+    return {'interrupted': True, 'iter': r.iter_num, 'signal': None if name is None else reason}
 
 
 @contextlib.contextmanager
@@ -512,8 +519,7 @@ def evaluate(model, path, meta, cfg, rank, world, device, autocast):
     windows='document': the first windows that start at an eot, as in training."""
     data = memmap(path, meta)
     T, B = cfg['block_size'], cfg['batch_size']
-    n_windows = max(1, min(cfg['eval_tokens'] // T, (len(data) - 1) // T))
-    offsets = window_starts(path, meta, T)[:n_windows] if cfg['windows'] == 'document' else np.arange(n_windows) * T
+    offsets = eval_windows(path, meta, cfg)[0]
     mine = list(offsets[rank::world])
     total = torch.zeros(2, dtype=torch.float64, device=device)   # (sum of losses, number of targets)
     skipped = max(cfg['causal_free_prefix'] - 1, 0)                # targets the loss ignores per window
@@ -585,21 +591,6 @@ def evaluate_only(r):
     if r.master:
         print(f"eval at iter {r.iter_num}: val loss {val_loss:.4f} | val ppl {ppl_text(val_ppl)} ({n:,} tokens)")
     return {'val_loss': val_loss, 'val_ppl': val_ppl, 'iter': r.iter_num, 'ckpt': r.ckpt_path}
-
-
-def probe_text(iter_num, p):
-    """The progress line of a probe (None: nothing was counted, e.g. no document longer than one token)."""
-    f = _fmt
-    return (f"probe iter {iter_num} ({p['documents']} docs): kurtosis first {f(p['kurtosis_first'], '.2f')} rest "
-            f"{f(p['kurtosis_rest'], '.2f')} | max |x| first {f(p['max_abs_first'], '.3g')} rest "
-            f"{f(p['max_abs_rest'], '.3g')} | first attn {f(p['first_attn_argmax'], '.3f')} (mass "
-            f"{f(p['first_attn_mass'], '.3f')}, nowhere {f(p['attn_nowhere'], '.3f')}) | resid peak "
-            f"{f(p['resid_peak'], '.3g')} | value drain {f(p['value_drain'], '.3g')} (min {f(p['value_drain_min'], '.3g')})")
-
-
-def ppl_text(ppl):
-    """Perplexity for a progress line: evaluate() caps it at exp(700) (~1e304) to stay finite."""
-    return f"{ppl:.2f}" if ppl < 1e6 else f"{ppl:.3g}" if ppl < 1e304 else '>1e304'
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -691,7 +682,7 @@ def main(argv):
         teardown()
     if 'val_ppl' in result and master:
         print(f"done: val ppl {ppl_text(result['val_ppl'])} at iteration {result['iter']} | checkpoint {result['ckpt']}")
-    return 0
+    return 128 + result['signal'] if result.get('signal') else 0   # stopped by a signal: as a shell reports it
 
 
 if __name__ == '__main__':

@@ -4,7 +4,6 @@ identity a checkpoint records (data_identity)."""
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import torch.distributed as dist
 
 from dataset import eot_offsets, load_meta, prepare_again, resolve_dataset
 from devices import all_reduce, any_rank
-from fileio import Progress, read_json
+from fileio import Progress, atomic_write, read_json
 from train_config import TrainingError
 
 
@@ -82,15 +81,11 @@ def split_max_token(path, meta, split, rank=0, world=1, device='cpu'):
     if rank != 0:
         return top, None
     stamps[name] = {'size': st.st_size, 'mtime_ns': st.st_mtime_ns, 'sha256': sha.hexdigest(), 'max_token_id': top}
-    tmp = None
-    try:   # a unique temporary name: runs starting together on one data folder do not collide
-        with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), prefix='.verified.', delete=False) as f:
-            tmp = f.name
+    try:   # a new temporary name (fileio.atomic_write): runs starting together on one data folder do not collide
+        with atomic_write(stamp_path) as f:
             json.dump(stamps, f, indent=1)
-        os.replace(tmp, stamp_path)
     except OSError:   # a read-only or full disk: checked again next time; no part of the file left behind
-        if tmp is not None and os.path.exists(tmp):
-            os.remove(tmp)
+        pass
     return top, stamps[name]['sha256']
 
 
@@ -146,6 +141,22 @@ def window_starts(path, meta, T):
             raise TrainingError(f"{path} has no document with {T} tokens after it for windows='document'; "
                                 f"use windows='random' or a smaller block_size")
     return _starts[key]
+
+
+def eval_windows(path, meta, cfg):
+    """(offsets, note): the starts of the windows every evaluation reads (train.py's evaluate), the first
+    eval_tokens // block_size windows of block_size (+1 target) of val.bin (windows='document': those that start at
+    an eot), at least one and no more than val.bin holds; note is the line that says how eval_tokens was cut or
+    rounded to them (None when they hold eval_tokens exactly)."""
+    T, asked = cfg['block_size'], cfg['eval_tokens']
+    n = max(1, min(asked // T, (len(memmap(path, meta)) - 1) // T))
+    offsets = window_starts(path, meta, T)[:n] if cfg['windows'] == 'document' else np.arange(n) * T
+    if len(offsets) * T == asked:
+        return offsets, None
+    why = ('more than val.bin holds' if len(offsets) < asked // T else 'less than one window of block_size'
+           if asked < T else 'not a multiple of block_size')
+    return offsets, (f"eval_tokens={asked:,} is {why}: each evaluation reads {len(offsets):,} window(s) of "
+                     f"block_size={T} ({len(offsets) * T:,} tokens; the eval events' val_tokens count the targets)")
 
 
 def get_batch(path, meta, cfg, iter_num, micro, device, rows=slice(None)):

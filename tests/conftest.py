@@ -1,3 +1,5 @@
+import contextlib
+import errno
 import json
 import os
 import sys
@@ -37,6 +39,35 @@ def write_dataset(path, vocab_size=64, n_train=60_000, n_val=8_000, dtype='uint1
     with open(os.path.join(path, 'meta.json'), 'w') as f:
         json.dump(meta, f)
     return path
+
+
+def full_disk_writes(module, monkeypatch):
+    """module.atomic_write's file writes 10 bytes, then finds the disk full (ENOSPC)."""
+    real = module.atomic_write
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            self.f.write(data[:10])
+            self.f.flush()
+            raise OSError(errno.ENOSPC, 'No space left on device', self.f.name)
+
+    @contextlib.contextmanager
+    def full(path, mode='w', **kwargs):
+        with real(path, mode, **kwargs) as f:
+            yield Full(f)
+    monkeypatch.setattr(module, 'atomic_write', full)
+
+
+def refused_writes(module, monkeypatch, error):
+    """module.atomic_write cannot create its file: `error` (a read-only folder, a full disk) as it opens it."""
+    @contextlib.contextmanager
+    def refused(path, mode='w', **kwargs):
+        raise error
+        yield   # a generator: what contextmanager needs
+    monkeypatch.setattr(module, 'atomic_write', refused)
 
 
 @pytest.fixture(scope='module')

@@ -18,6 +18,7 @@ import pytest
 
 import pinned_corpus
 import corpus_text
+from conftest import refused_writes
 from pinned_corpus import CorpusError
 
 pytestmark = pytest.mark.slow   # the pinned corpus, its real CPU subset among them
@@ -267,13 +268,7 @@ def test_unreachable_registry_is_one_line_naming_the_source(tmp_path, monkeypatc
 
 def test_full_disk_while_caching_an_extraction_is_one_line(tmp_path, monkeypatch):
     src = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({"a/x.txt": PROSE.encode()}), ["a/*"])
-    real_open = open
-
-    def full(path, mode="r", *args, **kw):
-        if "w" in mode:
-            raise OSError(28, "No space left on device")
-        return real_open(path, mode, *args, **kw)
-    monkeypatch.setattr(pinned_corpus, "open", full, raising=False)
+    refused_writes(pinned_corpus, monkeypatch, OSError(28, "No space left on device"))
     with pytest.raises(CorpusError, match=r"^source a: cannot write .* \(No space left on device\): free disk space"):
         pinned_corpus.extracted(src, tmp_path)
     assert sorted(p.name for p in (tmp_path / "extracted").iterdir()) == []   # no partial file

@@ -16,6 +16,7 @@ import fileio
 import pinned_corpus
 import prepare_c4
 import tokenizer
+from conftest import refused_writes
 from pinned_corpus import CorpusError
 from test_corpus import source, tar_bytes, two_sources
 
@@ -64,13 +65,7 @@ def test_fetch_into_a_read_only_cache_says_so_and_leaves_nothing(tmp_path, monke
     manifest = one_source(tmp_path)                                                 # case 13
     cache = tmp_path / "ro"
     cache.mkdir()
-    real_open = open
-
-    def read_only(path, mode="r", *a, **kw):
-        if "w" in mode:
-            raise OSError(errno.EROFS, "Read-only file system", str(path))
-        return real_open(path, mode, *a, **kw)
-    monkeypatch.setattr(pinned_corpus, "open", read_only, raising=False)
+    refused_writes(pinned_corpus, monkeypatch, OSError(errno.EROFS, "Read-only file system"))
     monkeypatch.setattr(pinned_corpus.Path, "unlink", lambda self, missing_ok=False: (_ for _ in ()).throw(
         OSError(errno.EROFS, "Read-only file system")))   # as on a read-only mount, even for a missing file
     msg = cli(["fetch", "--cache", str(cache)], manifest, monkeypatch)
@@ -166,9 +161,7 @@ def test_two_preparations_of_one_folder_at_once(tmp_path, pinned, capsys):
 
 def test_an_extraction_that_cannot_be_cached_is_not_blamed_on_the_disk(tmp_path, monkeypatch, capsys):
     src = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({"a/x.txt": ("Words of a page. " * 20).encode()}), ["a/*"])
-    real_open = open
-    monkeypatch.setattr(pinned_corpus, "open", lambda p, mode="r", *a, **kw: (_ for _ in ()).throw(
-        OSError(errno.EACCES, "Permission denied")) if "w" in mode else real_open(p, mode, *a, **kw), raising=False)
+    refused_writes(pinned_corpus, monkeypatch, OSError(errno.EACCES, "Permission denied"))
     assert pinned_corpus.extracted(src, tmp_path) == pinned_corpus.extract_source(src, tmp_path / "a-1.tar.gz")
     err = capsys.readouterr().err
     assert "free disk space" not in err and "cannot cache the extraction of a" in err and "Permission denied" in err

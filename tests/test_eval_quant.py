@@ -350,7 +350,7 @@ def test_cli_table_json_and_markdown(trained, data, tmp_path, capsys):
     (['--table', 'missing.json'], 'no such file'),
     (['--table', os.path.join(os.path.dirname(__file__), 'conftest.py')], 'is not an eval_quant.py JSON file'),
     (['--json', os.path.join(os.path.dirname(__file__), 'conftest.py', 'q.json')], 'conftest.py is a file, not a folder'),
-    (['--json', os.path.dirname(__file__)], 'is a folder; give the path of a file'),
+    (['--json', os.path.dirname(__file__)], 'is a folder, not a file; give the path of a file'),
     pytest.param(['--device', 'cuda'], "device='cuda' but no CUDA GPU is available",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason='checks the error without a GPU')),
 ])
@@ -369,3 +369,16 @@ def test_json_folder_is_created_before_the_model_runs(trained, data, tmp_path):
     path = tmp_path / 'new' / 'deeper' / 'q.json'
     eq.main(['--ckpt', ckpt, '--data', data, '--max_docs', '4', '--schemes', 'moderate', '--json', str(path)])
     assert json.loads(path.read_text())['models'][0]['model'] == os.path.relpath(ckpt)
+
+
+def test_a_temporary_name_beside_json_that_is_a_link_is_not_written_through(trained, data, tmp_path):
+    """Data lost, case 2: q.json.tmp, a link to a user's file beside --json q.json, got the results (and was renamed
+    onto q.json). Now the results go to a new name: the user's file and the link stay as they were."""
+    ckpt = save_checkpoint(trained, str(tmp_path / 'ckpt.pt'))
+    (tmp_path / 'mine.txt').write_text('my notes')
+    (tmp_path / 'q.json.tmp').symlink_to(tmp_path / 'mine.txt')
+    eq.main(['--ckpt', ckpt, '--data', data, '--max_docs', '4', '--schemes', 'moderate', '--json',
+             str(tmp_path / 'q.json')])
+    assert (tmp_path / 'mine.txt').read_text() == 'my notes' and (tmp_path / 'q.json.tmp').is_symlink()
+    assert not (tmp_path / 'q.json').is_symlink() and json.loads((tmp_path / 'q.json').read_text())['format'] == 1
+    assert sorted(os.listdir(tmp_path)) == ['ckpt.pt', 'mine.txt', 'q.json', 'q.json.tmp']

@@ -2,6 +2,7 @@
 AutoModelForCausalLM.from_pretrained gives the same logits; the tokenizer it writes gives the data's ids (tiktoken's
 on the same ranks); every model a stock architecture cannot compute is refused in one line, leaving nothing."""
 import base64
+import hashlib
 import os
 
 import pytest
@@ -217,9 +218,45 @@ def test_force_replaces_only_an_earlier_export(tmp_path, capsys, kind):
     assert sorted(os.listdir(tmp_path)) == ['ckpt.pt', 'folder']            # nothing left beside it either
     out = str(tmp_path / 'hf')
     export_hf.main(['--ckpt', ckpt, '--out', out])
-    (tmp_path / 'hf' / 'config.json').write_text('{"edited": true}')        # what --force then replaces
     export_hf.main(['--ckpt', ckpt, '--out', out, '--force'])
     assert transformers.AutoConfig.from_pretrained(out).model_type == 'gpt2'
+    capsys.readouterr()
+
+
+def test_force_replaces_only_the_files_its_mark_lists_unchanged(tmp_path, capsys):
+    """Data lost, case 3. train.py --out_dir on an export (its .written-by still naming export_hf.py), then --force
+    with another model: ckpt.pt, best.pt and log.jsonl were removed; a README.md added to an export was removed too.
+    Now the mark lists each file the export wrote with its sha256: --force replaces those alone, keeps a file added
+    since, and a folder whose listed file another program rewrote (train.py's config.json) is not replaced at all."""
+    first, _ = write_checkpoint(tmp_path / 'a.pt', **GPT2_STYLE)
+    second, model = write_checkpoint(tmp_path / 'b.pt', seed=1, **LLAMA_STYLE)
+    out = tmp_path / 'hf'
+    export_hf.main(['--ckpt', first, '--out', str(out)])
+    (out / 'README.md').write_text('# my model card')
+    export_hf.main(['--ckpt', second, '--out', str(out), '--force'])
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(out))
+    idx = torch.randint(0, model.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert type(hf).__name__ == 'LlamaForCausalLM' and (model(idx)[0] - hf(idx).logits).abs().max() <= 1e-5
+    assert (out / 'README.md').read_text() == '# my model card'
+    mark = (out / '.written-by').read_text().splitlines()
+    listed = sorted(line.split('  ', 1)[1] for line in mark[1:])
+    assert mark[0] == 'export_hf.py' and listed == sorted(set(os.listdir(out)) - {'.written-by', 'README.md'})
+    for line in mark[1:]:   # the sha256 of each file as it is
+        sha, name = line.split('  ', 1)
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == sha
+    # train.py writes into the export: its config.json over the export's, ckpt.pt, best.pt, log.jsonl
+    from conftest import write_dataset
+    from test_train import config
+    import train
+    data = write_dataset(str(tmp_path / 'data'), vocab_size=256, n_train=4000, n_val=1000)
+    train.train(config(data, str(out), '--max_iters=2', '--eval_interval=2'))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    message = one_line_error(['--ckpt', first, '--out', str(out), '--force'])
+    assert 'exists and holds config.json, changed since export_hf.py wrote it' in message, message
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {'ckpt.pt', 'best.pt', 'log.jsonl', 'README.md'} <= set(before)
+    assert sorted(os.listdir(tmp_path)) == ['a.pt', 'b.pt', 'data', 'hf']   # no temporary folder left either
     capsys.readouterr()
 
 
@@ -262,10 +299,10 @@ def test_a_full_disk_and_a_killed_export_leave_nothing_of_theirs(tmp_path, monke
     assert 'is full' in message and 'free some space' in message
     assert sorted(os.listdir(tmp_path)) == ['ckpt.pt']
     monkeypatch.undo()
-    killed = tmp_path / '.hf.k1ll3d.tmp'                 # what a kill after mkdtemp leaves
-    killed.mkdir()
-    (killed / '.written-by').write_text('export_hf.py\n')
-    (killed / 'config.json').write_text('{}')
+    for killed in (tmp_path / '.hf.k1ll3d.tmp', tmp_path / 'hf.0123abcd.tmp'):   # what kills left (before and since
+        killed.mkdir()                                                           # 2026-11-28: fileio.temporary_folder)
+        (killed / '.written-by').write_text('export_hf.py\n')
+        (killed / 'config.json').write_text('{}')
     mine = tmp_path / '.hf.notes.tmp'                    # a user's folder of the same shape, without the mark
     mine.mkdir()
     (mine / 'notes.txt').write_text('mine')
@@ -281,9 +318,9 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
     assert f"--out {tmp_path / 'a_file' / 'hf'}: {tmp_path / 'a_file'} is a file, not a folder" in message
     assert (tmp_path / 'a_file').read_text() == 'x'
 
-    def read_only(**kw):        # what a read-only folder gives (chmod does not stop root, who may run the tests)
-        raise PermissionError(13, 'Permission denied', kw['dir'])
-    monkeypatch.setattr(export_hf.tempfile, 'mkdtemp', read_only)
+    def read_only(path, program):   # what a read-only folder gives (chmod does not stop root, who may run the tests)
+        raise PermissionError(13, 'Permission denied', os.path.dirname(path))
+    monkeypatch.setattr(export_hf, 'temporary_folder', read_only)
     message = one_line_error(['--ckpt', ckpt, '--out', str(tmp_path / 'ro' / 'hf')])
     assert 'cannot write it (Permission denied: ' in message and 'choose a folder you can write to' in message
 

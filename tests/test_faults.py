@@ -166,10 +166,47 @@ def test_two_runs_on_one_out_dir(bigram_data, tmp_path, capsys):
     assert open(os.path.join(out, 'config.json'), 'rb').read() == config_before
     first.send_signal(signal.SIGTERM)
     stdout, stderr = first.communicate(timeout=60)
-    assert first.returncode == 0 and 'checkpoint written' in stdout, stderr
+    assert first.returncode == 128 + signal.SIGTERM and 'checkpoint written' in stdout, stderr
     it = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num']
     code, stdout, err = cli(capsys, *args, f'--max_iters={it + 1}')        # the lock went with the process
     assert code == 0, err
+
+
+def test_a_temporary_name_that_is_a_link_is_never_written_through(bigram_data, tmp_path, capsys):
+    """Data lost, case 2: ckpt.pt.tmp and config.json.tmp, links to a user's files in out_dir: a resume that saves wrote
+    its config and checkpoint through them (and renamed the link onto ckpt.pt). Now both go to new names: the user's
+    files and the links stay as they were, and ckpt.pt is a checkpoint file of its own."""
+    out = str(tmp_path / 'run')
+    args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--eval_interval=2']
+    assert cli(capsys, *args, '--max_iters=2')[0] == 0
+    for name, link in (('notes.txt', 'ckpt.pt.tmp'), ('thesis.tex', 'config.json.tmp')):
+        (tmp_path / name).write_text(f'{name}: mine')
+        os.symlink(tmp_path / name, os.path.join(out, link))
+    code, _, err = cli(capsys, *args, '--max_iters=4', '--init_from=resume')
+    assert code == 0, err
+    assert [(tmp_path / n).read_text() for n in ('notes.txt', 'thesis.tex')] == ['notes.txt: mine', 'thesis.tex: mine']
+    assert os.path.islink(os.path.join(out, 'ckpt.pt.tmp')) and os.path.islink(os.path.join(out, 'config.json.tmp'))
+    assert not os.path.islink(os.path.join(out, 'ckpt.pt'))
+    assert torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num'] == 4
+    assert json.load(open(os.path.join(out, 'config.json')))['max_iters'] == 4
+
+
+@pytest.mark.parametrize('given, said', [
+    (['--out_dir='], "config key 'out_dir' in the command line is empty (an unset shell variable?)"),   # silent-wrong 5
+    (['--dataset='], "config key 'dataset' in the command line is empty"),
+    ([f'--out_dir=out/{"a" * 300}'], 'is 300 bytes, longer than this filesystem allows (255); choose a shorter '
+                                     '--out_dir'),                                                      # traceback 8
+    (['--probe_interval=1', '--probe_docs=0'], 'probe_interval=1 asks for a probe every 1 iterations, but '
+                                               'probe_docs=0 turns the probe off'),                   # silent-wrong 6
+])
+def test_an_empty_path_a_name_too_long_and_a_probe_that_is_off_are_one_line(bigram_data, tmp_path, monkeypatch, capsys,
+                                                                            given, said):
+    """--out_dir="$UNSET" trained into the working directory, a 300-character out_dir was an OSError traceback, and
+    probe_interval with probe_docs=0 made no probe without a word. Now each is one error line, exit 2, nothing made."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, f'--dataset={bigram_data}', '--out_dir=out/run', *SMALL, '--max_iters=2', *given)
+    assert code == 2 and err.count('\n') == 1 and err.startswith('error: ') and said in err and out == '', err
+    assert os.listdir(tmp_path) == []
 
 
 def test_without_fcntl_the_scripts_import_and_a_run_goes_unlocked_with_a_warning(bigram_data, tmp_path, capsys,

@@ -174,3 +174,90 @@ def test_the_queue_file_lists_every_item_in_order_with_its_command():
     assert list(dict.fromkeys(listed)) == [i.name for i in gpu_queue.ITEMS]
     out = queue('next').stdout
     assert 'carry=["data/corpus-archive.jsonl.xz", "data/corpus_cache/gpt2.tiktoken"]' in out or 'every item' in out
+
+
+def write_pack(path, members):
+    """A .tar.gz holding {name: bytes}."""
+    import io
+    with tarfile.open(path, 'w:gz') as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize('damage, said', [
+    ('status cut', 'status.json cannot be read'),
+    ('pack cut', 'row-a.tar.gz is damaged or not a pack'),
+    ('member outside', 'the member ../../evil.txt lies outside row-b/'),
+    ('member escaping', 'row-b.tar.gz is damaged or not a pack (OutsideDestinationError'),
+    ('not a tar', 'row-b.tar.gz is damaged or not a pack'),
+    ('into a file', 'is a file, not a folder; choose another --into'),
+])
+def test_unpack_of_damaged_files_is_one_line_and_leaves_nothing(tmp_path, damage, said):
+    """Tracebacks, case 12: what a GPU machine can send back damaged (status.json cut in half, a pack cut short, a
+    pack with a member ../../evil.txt, a file that is no tar) or an --into that is a file was a traceback, and left a
+    half-done unpack in --into. Now one line, exit 2, and --into and the work folder's runs are as they were (every
+    pack is unpacked into temporary folders first, moved in only when all are whole)."""
+    src, into, work = tmp_path / 'files', tmp_path / 'into', tmp_path / 'here'
+    src.mkdir()
+    (src / 'status.json').write_text(json.dumps({'item': 'vanilla_60m', 'complete': True}))
+    (src / 'bench.log').write_text('measured')
+    write_pack(src / 'row-a.tar.gz', {'row-a/log.jsonl': b'{"event": "eval", "iter": 4}\n' * 2000})
+    write_pack(src / 'row-b.tar.gz', {'row-b/analysis.json': b'{"ppl": 30.0}'})
+    if damage == 'status cut':
+        (src / 'status.json').write_bytes((src / 'status.json').read_bytes()[:20])
+    elif damage == 'pack cut':
+        (src / 'row-a.tar.gz').write_bytes((src / 'row-a.tar.gz').read_bytes()[:200])
+    elif damage == 'member outside':
+        write_pack(src / 'row-b.tar.gz', {'row-b/analysis.json': b'{}', '../../evil.txt': b'escaped'})
+    elif damage == 'member escaping':
+        write_pack(src / 'row-b.tar.gz', {'row-b/analysis.json': b'{}', 'row-b/../../../evil.txt': b'escaped'})
+    elif damage == 'not a tar':
+        (src / 'row-b.tar.gz').write_bytes(b'<html>502 Bad Gateway</html>')
+    else:
+        into.write_text('mine')
+    r = queue('unpack', str(src), '--into', str(into), '--work', str(work))
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and said in r.stderr and 'Traceback' not in r.stderr, \
+        r.stderr
+    assert sorted(os.listdir(tmp_path)) == (['files', 'into'] if damage == 'into a file' else ['files'])
+    assert not list(tmp_path.rglob('evil.txt')) and not list(tmp_path.parent.glob('evil.txt'))
+    if damage == 'into a file':
+        assert into.read_text() == 'mine'
+
+
+def test_unpack_of_whole_files_puts_each_in_its_place(tmp_path):
+    src, into, work = tmp_path / 'files', tmp_path / 'into', tmp_path / 'here'
+    src.mkdir()
+    (src / 'status.json').write_text(json.dumps({'item': 'vanilla_60m'}))
+    (src / 'bench.log').write_text('measured')
+    write_pack(src / 'row-a.tar.gz', {'row-a/log.jsonl': b'{"event": "eval", "iter": 4}\n'})
+    r = queue('unpack', str(src), '--into', str(into), '--work', str(work))
+    assert r.returncode == 0, r.stderr
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*') if p.is_file() and 'files' not in p.parts) \
+        == ['here/out/reproduce/gpu/runs/row-a/log.jsonl', 'into/bench.log', 'into/runs/row-a/log.jsonl',
+            'into/vanilla_60m.status.json']
+    assert (into / 'runs' / 'row-a' / 'log.jsonl').read_bytes() == b'{"event": "eval", "iter": 4}\n'
+
+
+def test_carry_refuses_a_file_that_is_not_the_pinned_archive_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """Surprising exit, case 14: carry --archive <another file> was refused but left that file as
+    data/corpus-archive.jsonl.xz, where prepare_c4.py --subset archive then read it. Now it is checked while copied
+    to a temporary name, and renamed only when it is the pinned archive: a refusal leaves nothing in data/."""
+    monkeypatch.setattr(gpu_queue, 'ROOT', str(tmp_path / 'repo'))   # a fresh clone: no data/ yet
+    (tmp_path / 'repo').mkdir()
+    (tmp_path / 'other.jsonl.xz').write_bytes(b'not the archive' * 1000)
+    code = gpu_queue.main(['carry', '--archive', str(tmp_path / 'other.jsonl.xz')])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count('\n') == 1 and 'not the pinned archive, nothing was copied' in err, err
+    assert sorted(os.listdir(tmp_path)) == ['other.jsonl.xz', 'repo'] and os.listdir(tmp_path / 'repo') == []
+
+
+def test_a_step_a_signal_stopped_is_recorded_as_stopped_and_run_again(tmp_path):
+    """Surprising exit, case 13: train.py and reproduce.py exit 128 + N after a signal N. run_step reads it as a
+    stopped step (rc null, stopped_by naming the signal), which the next call runs again, not as a finished one."""
+    call = SimpleNamespace(status={'steps': {}}, left=lambda: 60, save=lambda: None)
+    for code, rc, stopped in ((143, None, 'SIGTERM'), (130, None, 'SIGINT'), (0, 0, None), (2, 2, None)):
+        got = gpu_queue.run_step(call, 'step', [sys.executable, '-c', f'import sys; sys.exit({code})'], 30)
+        assert got == rc and call.status['steps']['step'].get('rc') == rc
+        assert call.status['steps']['step'].get('stopped_by') == stopped

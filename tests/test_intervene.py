@@ -245,7 +245,7 @@ def test_a_public_model_runs_as_our_gpt_with_the_transformers_perplexity(docs_di
     (['--k', '17'], '--k 17 exceeds the width'),
     (['--sink_eps', '-0.1'], '--sink_eps must be in [0, 1)'),
     (['--max_docs', '-1'], '--max_docs must be >= 0'),
-    (['--json', '{tmp}'], 'is a folder; give the path of a file'),
+    (['--json', '{tmp}'], 'is a folder, not a file; give the path of a file'),
     (['--ckpt', 'no/such'], '--ckpt no/such: not found'),
     (['--batch_size', '0'], '--batch_size must be >= 1 (documents per forward pass), got 0'),   # was: the default
     (['--batch_size', '-3'], '--batch_size must be >= 1'),

@@ -170,6 +170,20 @@ def test_rolling_perplexity_of_a_prepared_folder(tmp_path, vocab, capsys):
     assert saved['ppl'] == pytest.approx(result['ppl']) and 'whole documents in windows of 16' in capsys.readouterr().out
 
 
+def test_the_progress_line_counts_every_document(tmp_path, vocab, capsys):
+    """Silent-wrong, case 16: the last progress line said "done, 0/3 docs" while the perplexity covered all 3 (the
+    last chunk, shorter than chunk_docs, was not counted)."""
+    lm, tok = checkpoint(tmp_path, vocab)
+    out = tmp_path / 'data'
+    dataset.prepare(out, tok, {'test': 1}, 'test texts', '', True, lambda split: ["the mat", "a thing", "then"],
+                    {'train': (None, None), 'val': (None, None)})
+    capsys.readouterr()
+    for chunk_docs in (64, 2):
+        assert adapter.data_perplexity(lm, str(out), chunk_docs=chunk_docs)['documents'] == 3
+        done = [line for line in capsys.readouterr().err.splitlines() if 'rolling ppl: done' in line]
+        assert len(done) == 1 and 'done, 3/3 docs' in done[0], done
+
+
 def test_cli_errors_are_one_line(tmp_path, vocab, monkeypatch):
     checkpoint(tmp_path, vocab)
     monkeypatch.setitem(__import__('sys').modules, 'lm_eval', None)

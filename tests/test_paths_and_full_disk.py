@@ -3,6 +3,7 @@ argument, a run's data found from any working directory, a full disk as one line
 intact, a finished run resumed without a duplicate log event, a truncated result file named, and a CPU-only machine
 refused hours of work."""
 import errno
+import hashlib
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ import reproduce
 import runs
 import train
 import train_data
-from conftest import ROOT, write_dataset
+from conftest import ROOT, full_disk_writes, write_dataset
 from test_faults import SMALL, cli, one_thread, snapshot   # noqa: F401 (one_thread: autouse fixture)
 
 pytestmark = pytest.mark.slow   # the scripts run as a user runs them, a full disk, read-only mounts
@@ -110,7 +111,15 @@ def test_check_output_refuses_each_path_a_command_cannot_write_and_accepts_the_o
     (tmp_path / 'empty').mkdir()
     (tmp_path / 'export').mkdir()
     (tmp_path / 'export' / '.written-by').write_text('export_hf.py\n')
+    for name in ('listed', 'edited', 'unlisted'):   # an export's mark lists its files with their sha256 (or not)
+        (tmp_path / name).mkdir()
+        (tmp_path / name / 'config.json').write_text('{}')
+        listed = f"{hashlib.sha256(b'{}').hexdigest()}  config.json\n" if name != 'unlisted' else ''
+        (tmp_path / name / '.written-by').write_text(f'export_hf.py\n{listed}')
+    (tmp_path / 'listed' / 'README.md').write_text('mine')                     # added since: stays, not replaced
+    (tmp_path / 'edited' / 'config.json').write_text('{"mine": 1}')             # changed since: not export_hf's
     (tmp_path / 'ro').mkdir()
+    (tmp_path / 'link').symlink_to(tmp_path / 'dir')
     t = str(tmp_path)
     cases = [
         (f'{t}/new/deeper/out.json', False, (), None, None),
@@ -126,6 +135,16 @@ def test_check_output_refuses_each_path_a_command_cannot_write_and_accepts_the_o
         (f'{t}/empty', True, (), 'export_hf.py', None),
         (f'{t}/export', True, (), 'export_hf.py', None),
         (f'{t}/export', True, (), 'train.py', 'was not written by train.py'),
+        (f'{t}/listed', True, (), 'export_hf.py', None),
+        (f'{t}/edited', True, (), 'export_hf.py', 'holds config.json, changed since export_hf.py wrote it'),
+        (f'{t}/unlisted', True, (), 'export_hf.py', 'before its .written-by listed the files'),
+        (f'{t}/dir/x', False, (f'{t}/dir',), None, 'is a file of the input'),     # inside an input folder
+        (f'{t}/dir/new.json', False, (f'{t}/dir',), None, None),                 # a new file there: fine
+        (f'{t}/link/x', False, (f'{t}/dir/x',), None, 'is the input'),           # through a link
+        (f'{t}/dir/../dir/x', False, (f'{t}/link/x',), None, 'is the input'),    # through '..' and a link
+        ('', False, (), None, 'is an empty path'),
+        (f'{t}/{"n" * 300}/out.json', False, (), None, 'is 300 bytes, longer than this filesystem allows'),
+        (f'{t}/{"n" * 250}.json', False, (), None, 'less 13 for the temporary name'),
         (f'{t}/ro/out.json', False, (), None, f'cannot write to {t}/ro'),
         (f'{t}/ro', True, (), None, f'cannot write to {t}/ro'),
     ]
@@ -139,15 +158,18 @@ def test_check_output_refuses_each_path_a_command_cannot_write_and_accepts_the_o
             got = str(e)
             assert '\n' not in got and ('choose' in got or 'give' in got), got
         assert (got is None) == (said is None) and (said is None or said in got), (path, got)
-    assert sorted(os.listdir(tmp_path)) == ['dir', 'empty', 'export', 'file', 'ro']       # nothing was made
+    assert sorted(os.listdir(tmp_path)) == ['dir', 'edited', 'empty', 'export', 'file', 'link', 'listed', 'ro',
+                                            'unlisted']                                   # nothing was made
     fileio.check_output(f'{t}/made/here', '--x', folder=True, make=True)
     assert os.path.isdir(f'{t}/made/here')
 
 
 def test_remove_temporaries_removes_only_the_programs_own(tmp_path):
     import fileio
-    for name in ('ckpt.pt.tmp', 'best.pt', 'config.json.tmp', 'notes.tmp', 'ckpt.pt.tmp.tmp'):
+    for name in ('ckpt.pt.tmp', 'best.pt', 'config.json.tmp', 'notes.tmp', 'ckpt.pt.tmp.tmp', 'ckpt.pt.0a1b2c3d.tmp',
+                 'mine.txt'):
         (tmp_path / name).write_text('x')
+    (tmp_path / 'config.json.deadbeef.tmp').symlink_to(tmp_path / 'mine.txt')   # a link: never removed or followed
     for folder, mark in (('ckpt.dcp-4.tmp', 'train.py'), ('ckpt.dcp-5.tmp', 'export_hf.py'), ('ckpt.dcp-6.tmp', None),
                          ('ckpt.dcp-7.tmp', ''), ('plots.tmp', 'train.py')):
         (tmp_path / folder).mkdir()
@@ -156,10 +178,36 @@ def test_remove_temporaries_removes_only_the_programs_own(tmp_path):
             (tmp_path / folder / '.written-by').write_text(mark)
     (tmp_path / 'ckpt.dcp-8.tmp').mkdir()                      # killed before its mark: empty
     removed = fileio.remove_temporaries(str(tmp_path), ('ckpt.pt', 'config.json', 'ckpt.dcp-*'), 'train.py')
-    assert [os.path.basename(p) for p in removed] == ['ckpt.dcp-4.tmp', 'ckpt.dcp-8.tmp', 'ckpt.pt.tmp',
-                                                       'config.json.tmp']
+    assert [os.path.basename(p) for p in removed] == ['ckpt.dcp-4.tmp', 'ckpt.dcp-8.tmp', 'ckpt.pt.0a1b2c3d.tmp',
+                                                       'ckpt.pt.tmp', 'config.json.tmp']
     assert sorted(os.listdir(tmp_path)) == ['best.pt', 'ckpt.dcp-5.tmp', 'ckpt.dcp-6.tmp', 'ckpt.dcp-7.tmp',
-                                            'ckpt.pt.tmp.tmp', 'notes.tmp', 'plots.tmp']
+                                            'ckpt.pt.tmp.tmp', 'config.json.deadbeef.tmp', 'mine.txt', 'notes.tmp',
+                                            'plots.tmp']
+    assert (tmp_path / 'mine.txt').read_text() == 'x'
+
+
+@pytest.mark.parametrize('fail', [False, True])
+def test_atomic_write_never_follows_a_name_already_there(tmp_path, fail):
+    """A link at NAME.tmp (the temporary name before 2026-11-28) or at any NAME.*.tmp to a user's file: the write goes
+    to a new name beside it and renames it onto NAME; the user's file and the links stay as they were. A failure
+    inside the block leaves NAME as it was and no temporary file."""
+    import fileio
+    (tmp_path / 'mine.txt').write_text('mine')
+    (tmp_path / 'q.json').write_text('old')
+    (tmp_path / 'q.json.tmp').symlink_to(tmp_path / 'mine.txt')
+    for i in range(3):
+        (tmp_path / f'q.json.{i:08x}.tmp').symlink_to(tmp_path / 'mine.txt')
+    try:
+        with fileio.atomic_write(tmp_path / 'q.json') as f:
+            f.write('new')
+            if fail:
+                raise OSError(errno.ENOSPC, 'No space left on device')
+    except OSError:
+        assert fail
+    assert (tmp_path / 'q.json').read_text() == ('old' if fail else 'new') and not (tmp_path / 'q.json').is_symlink()
+    assert (tmp_path / 'mine.txt').read_text() == 'mine'
+    assert sorted(os.listdir(tmp_path)) == sorted(['mine.txt', 'q.json', 'q.json.tmp'] +
+                                                  [f'q.json.{i:08x}.tmp' for i in range(3)])
 
 
 @pytest.mark.parametrize('kind, low, high, text, ok', [
@@ -232,19 +280,7 @@ def test_the_data_check_on_a_full_disk_leaves_no_part_of_its_record(tmp_path, mo
 
 
 def test_prepare_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch):
-    class Full:
-        def __init__(self, path, mode='r'):
-            self.path = path
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def write(self, data):
-            raise OSError(errno.ENOSPC, 'No space left on device', str(self.path))
-    monkeypatch.setattr(dataset, 'open', Full, raising=False)
+    full_disk_writes(dataset, monkeypatch)
     with pytest.raises(SystemExit) as e:
         prepare_c4.main(['--source', 'bigram_backcopy', '--val_docs', '20', '--out_dir', str(tmp_path / 'bb')])
     err = capsys.readouterr().err
@@ -345,3 +381,86 @@ def test_analyze_says_why_its_ppl_is_not_train_pys(bigram_data, tmp_path, capsys
     analyze.main(['--ckpt', str(tmp_path / 'o'), '--max_docs', '3'])
     header = capsys.readouterr().out.splitlines()[0]
     assert 'PPL: each document read from its first token' in header and "train.py's val ppl" in header
+
+
+# ----------------------------------------------------------------------------- an output that is an input
+@pytest.fixture(scope='module')
+def trained_run(tmp_path_factory):
+    """A tiny finished run (ckpt.pt, best.pt, config.json, log.jsonl) and its data folder."""
+    base = tmp_path_factory.mktemp('inputs')
+    data = write_dataset(str(base / 'D'), n_train=4000, n_val=1000)
+    from test_train import config
+    train.train(config(data, str(base / 'out' / 'X'), '--max_iters=2', '--eval_interval=2'))
+    return base
+
+
+@pytest.mark.parametrize('script, argv', [
+    ('eval_quant', ['--ckpt', 'out/X', '--json', 'out/X/ckpt.pt']),
+    ('intervene', ['--ckpt', 'out/X', '--json', 'out/X/best.pt']),
+    ('analyze', ['--data', 'D', '--ckpt', 'out/X', '--json', 'D/meta.json']),
+    ('analyze', ['--ckpt', 'out/X/ckpt.pt', '--json', 'out/X/config.json']),
+    ('stream_eval', ['--ckpt', 'out/X', '--json', 'L/meta.json']),                 # the data found from the checkpoint
+    ('stream_eval', ['--ckpt', 'out/X', '--data', 'D', '--json', 'L/../L/val.bin.json', '--plot', 'L/meta.json']),
+    ('lm_eval_adapter', ['--ckpt', 'out/X', '--data', 'D', '--json', 'out/X/best.pt']),
+])
+def test_an_output_that_is_an_input_is_refused_and_every_input_stays_byte_for_byte(trained_run, monkeypatch, capsys,
+                                                                                 script, argv):
+    """Data lost, case 1: --json (or --plot) naming a file the command reads or a file of the run or data it reads
+    (ckpt.pt, best.pt, config.json, meta.json), directly, through a link (L -> D) or '..', replaced it with JSON. Now
+    one line before any model runs, and the run and data folders are byte for byte as they were."""
+    import importlib
+    monkeypatch.chdir(trained_run)
+    if not os.path.lexists('L'):
+        os.symlink('D', 'L')
+    before = {d: snapshot(d) for d in ('out/X', 'D')}
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(script).main(argv)
+    message = str(e.value.code)
+    assert message.startswith(f'{script}.py: error: ') and '\n' not in message, message
+    assert 'writing it would replace what is read' in message, message
+    assert {d: snapshot(d) for d in ('out/X', 'D')} == before
+    assert sorted(os.listdir('.')) == ['D', 'L', 'out'] and os.listdir('out') == ['X']
+
+
+LONG = 'n' * 300   # a name no filesystem here holds (255 bytes at most)
+
+
+@pytest.mark.parametrize('script, argv, said', [
+    ('analyze', ['--ckpt', 'out/X', '--json', ''], 'argument --json: an empty path is not allowed'),
+    ('analyze', ['--ckpt', 'out/X', '--plots', ''], 'argument --plots: an empty path is not allowed'),
+    ('eval_quant', ['--ckpt', 'out/X', '--data', ''], 'argument --data: an empty path is not allowed'),
+    ('intervene', ['--ckpt', ''], 'argument --ckpt: an empty path is not allowed'),
+    ('stream_eval', ['--ckpt', 'out/X', '--plot', ''], 'argument --plot: an empty path is not allowed'),
+    ('lm_eval_adapter', ['--ckpt', 'out/X', '--data', 'D', '--json', ''], 'argument --json: an empty path'),
+    ('export_hf', ['--ckpt', 'out/X', '--out', ''], 'argument --out: an empty path is not allowed'),
+    ('sample', ['--ckpt', ''], 'argument --ckpt: an empty path is not allowed'),
+    ('reproduce', ['table5', '--scale', 'smoke', '--dry_run', '--out', ''], 'argument --out: an empty path'),
+    ('bench', ['--json', ''], 'argument --json: an empty path is not allowed'),
+    ('gpu_suite', ['--out', ''], 'argument --out: an empty path is not allowed'),
+    ('analyze', ['--ckpt', 'out/X', '--json', f'{LONG}.json'], 'is 305 bytes, longer than this filesystem allows'),
+    ('analyze', ['--ckpt', 'out/X', '--plots', f'p/{LONG}'], 'is 300 bytes, longer than this filesystem allows'),
+    ('eval_quant', ['--ckpt', 'out/X', '--json', f'q/{LONG}/q.json'], 'is 300 bytes, longer than this filesystem'),
+    ('intervene', ['--ckpt', 'out/X', '--json', f'{LONG}.json'], 'is 305 bytes, longer than this filesystem allows'),
+    ('stream_eval', ['--ckpt', 'out/X', '--json', f'{LONG}.json'], 'is 305 bytes, longer than this filesystem'),
+    ('stream_eval', ['--ckpt', 'out/X', '--plot', f'{LONG}.png'], 'is 304 bytes, longer than this filesystem'),
+    ('lm_eval_adapter', ['--ckpt', 'out/X', '--data', 'D', '--json', LONG], 'is 300 bytes, longer than this'),
+    ('export_hf', ['--ckpt', 'out/X', '--out', LONG], 'is 300 bytes, longer than this filesystem allows'),
+    ('reproduce', ['table5', '--scale', 'smoke', '--dry_run', '--out', LONG], 'is 300 bytes, longer than this'),
+    ('bench', ['--json', f'{LONG}.json'], 'is 305 bytes, longer than this filesystem allows'),
+    ('gpu_suite', ['--out', LONG], 'is 300 bytes, longer than this filesystem allows'),
+])
+def test_an_empty_path_or_a_name_too_long_is_one_line_in_every_script(trained_run, monkeypatch, capsys, script, argv,
+                                                                      said):
+    """Silent-wrong, case 5 (an empty path option, from an unset shell variable, quietly meant the default or '.'),
+    and tracebacks, case 8 (an output name longer than the filesystem allows was an OSError, after the work): in
+    every script, one error line naming the option, before any work, and nothing made."""
+    import importlib
+    monkeypatch.chdir(trained_run)
+    before = sorted(os.listdir('.'))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(script).main(argv)
+    code, err = e.value.code, capsys.readouterr().err
+    said_lines = [line for line in (err + (code if isinstance(code, str) else '')).splitlines() if 'error:' in line]
+    assert code != 0 and len(said_lines) == 1 and said in said_lines[0] and 'Traceback' not in err, (code, err)
+    assert sorted(os.listdir('.')) == before

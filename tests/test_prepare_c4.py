@@ -617,3 +617,35 @@ def test_a_folder_of_someone_elses_token_files_is_not_overwritten(tmp_path, forc
     with pytest.raises(dataset.PrepareError, match=r"holds train\.bin but no meta\.json or \.progress\.json"):
         dataset.prepare_bigram_backcopy(out, vocab=32, triggers=3, doc_len=40, train_docs=30, val_docs=7, force=force)
     assert (out / 'train.bin').read_bytes() == b'my tokens' and sorted(p.name for p in out.iterdir()) == ['train.bin']
+
+
+def test_a_temporary_name_that_is_a_link_is_not_written_through(shards, tmp_path):
+    """Data lost, case 2: val.bin.tmp in a new --out_dir, a link to a user's file, got the tokens (and was renamed
+    onto val.bin). Now the splits go to new names: the user's file and the link stay, val.bin is a file of its own."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "mine.txt").write_text("my notes")
+    (out / "val.bin.tmp").symlink_to(tmp_path / "mine.txt")
+    prepare_c4.main(["--data_files", str(shards), "--tokenizer", "bytes", "--out_dir", str(out), "--num_proc", "1"])
+    assert (tmp_path / "mine.txt").read_text() == "my notes" and (out / "val.bin.tmp").is_symlink()
+    assert not (out / "val.bin").is_symlink() and [bytes(d).decode() for d in read_docs(out, "val", 256)] == VAL
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "train.bin", "val.bin", "val.bin.tmp"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--source", "pinned", "--out_dir", ""], "argument --out_dir: an empty path is not allowed"),   # silent-wrong 5
+    (["--source", "bigram_backcopy", "--out_dir", ""], "argument --out_dir: an empty path is not allowed"),
+    (["--source", "wikitext2", "--wikitext_dir", ""], "argument --wikitext_dir: an empty path is not allowed"),
+    (["--source", "bigram_backcopy", "--val_docs", "1e400"], "argument --val_docs: 1e400 is not allowed"),   # case 10
+    (["--source", "bigram_backcopy", "--val_docs", "2.5"], "argument --val_docs: '2.5' is not an integer"),
+    (["--source", "bigram_backcopy", "--out_dir", "x" * 300], "is 300 bytes, longer than this filesystem allows"),
+])
+def test_an_empty_path_a_name_too_long_and_an_infinite_count_are_one_line(tmp_path, monkeypatch, capsys, argv, said):
+    """An unset shell variable (--out_dir "") quietly prepared the default folder; --val_docs 1e400 was an
+    OverflowError, a 300-character --out_dir an OSError. Now each is one error line, exit 2, and nothing is made."""
+    monkeypatch.chdir(tmp_path)
+    code, err = run_main(argv, capsys)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and said in last and "Traceback" not in err, err
+    assert [line for line in err.splitlines() if "error:" in line] == [last]
+    assert os.listdir(tmp_path) == []

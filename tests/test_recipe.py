@@ -12,7 +12,7 @@ import torch
 
 import recipe
 import reproduce
-from conftest import write_dataset
+from conftest import full_disk_writes, write_dataset
 from model import GPT, GPTConfig
 from optimizers import configure_optimizer
 from train_config import DEFAULTS
@@ -121,22 +121,11 @@ def test_pack_over_the_limit_is_refused_and_the_old_pack_kept(tmp_path):
 def test_pack_on_a_full_disk_is_one_line_and_leaves_no_part(tmp_path, monkeypatch):
     """Found attacking --pack (issue 36): a full disk left the part of the pack that was written as a .pack.* file
     for good. Now: one line, the earlier pack kept, nothing else in the folder."""
-    import errno
     d = _run_dir(tmp_path)
     dest = tmp_path / 'packs' / 'row.tar.gz'
     dest.parent.mkdir()
     dest.write_bytes(b'an earlier pack')
-    real = recipe.tempfile.NamedTemporaryFile
-
-    def full(**kw):
-        f = real(**kw)
-        def write(data):
-            f.file.write(data[:10])
-            f.file.flush()
-            raise OSError(errno.ENOSPC, 'No space left on device')
-        f.write = write
-        return f
-    monkeypatch.setattr(recipe.tempfile, 'NamedTemporaryFile', full)
+    full_disk_writes(recipe, monkeypatch)
     with pytest.raises(ValueError) as e:
         recipe.pack_run(str(d), str(dest))
     assert 'is full' in str(e.value) and '\n' not in str(e.value)
@@ -233,3 +222,12 @@ def test_a_chained_row_equals_one_job_refuses_changed_data_and_a_divergence_is_r
     md, doc = reproduce.render('table2', [one], 'smoke', scale)
     assert f"{os.path.join(one.cfg['out_dir'], 'analysis.json')} cannot be read" in capsys.readouterr().err
     assert doc['rows'][0]['ours']['ppl'] is None and doc['rows'][0]['state'] == 'finished'
+
+
+@pytest.mark.parametrize('code, name', [(130, 'SIGINT'), (143, 'SIGTERM'), (-15, 'SIGTERM'), (-9, 'SIGKILL'),
+                                        (0, None), (1, None), (2, None), (128, None), (None, None), (300, None)])
+def test_stopped_by_reads_the_exit_code_of_a_signal(code, name):
+    """128 + N: a process that stopped on signal N (train.py after its checkpoint, as shells report it); -N: one a
+    signal killed (subprocess's convention). SIGINT = 2, SIGTERM = 15, SIGKILL = 9 on POSIX."""
+    from recipe import stopped_by
+    assert (stopped_by(code).name if stopped_by(code) else None) == name

@@ -342,3 +342,46 @@ def test_pack_that_packs_nothing_is_an_error(capsys, tmp_path, monkeypatch):
     code, message, _ = exit_of(capsys, *args, '--pack', packs)
     assert code == 1 and '1 of 2 row(s) not packed' in message and 'MiB > 16 MiB' in message
     assert sorted(os.listdir(packs)) == [f'{planned[1].name}.tar.gz']
+
+
+@pytest.mark.parametrize('extra, named', [
+    (['--render'], '--render'), (['--pack', '{tmp}/packs'], '--pack'), (['--goal'], '--goal'),
+    (['--max_jobs', '1'], '--max_jobs'), (['--render', '--goal'], '--render and --goal'),
+])
+def test_a_dry_run_refuses_the_options_it_cannot_honour(capsys, tmp_path, extra, named):
+    """Silent-wrong, case 7: --dry_run with --render, --pack DIR or --goal printed the commands and exited 0, each
+    option ignored (--goal promises exit 1 when the goal is not met). Now one error line, exit 2, nothing printed or
+    made."""
+    code, _, printed = exit_of(capsys, 'table5', '--scale', 'smoke', '--dry_run', '--out', str(tmp_path / 'out'),
+                               *[a.format(tmp=tmp_path) for a in extra])
+    errors = [line for line in printed.splitlines() if 'error:' in line]
+    assert code == 2 and len(errors) == 1 and errors[0].endswith(
+        f"error: --dry_run prints the commands and runs nothing: {named} cannot be honoured; drop one"), printed
+    assert '# ' not in printed and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize('rows', [[''], ['11_orthoadam', ' ']])
+def test_an_empty_rows_word_is_refused(capsys, tmp_path, rows):
+    """Silent-wrong, case 7: --rows "" (an unset shell variable) matched every row."""
+    code, _, printed = exit_of(capsys, 'table5', '--scale', 'smoke', '--dry_run', '--out', str(tmp_path), '--rows',
+                               *rows)
+    assert code == 2 and printed.strip().splitlines()[-1].endswith(
+        "error: --rows: an empty WORD would select every row (an unset shell variable?); give part of a config name")
+    assert '# ' not in printed
+
+
+def test_a_training_job_a_signal_stopped_is_not_finished_and_the_exit_says_so(capsys, tmp_path, monkeypatch):
+    """Surprising exit, case 13: train.py now exits 128 + N after the checkpoint a signal N asked for. reproduce.py
+    reads it: no further job of the chain starts, the row is neither done nor failed, and it exits as train.py did."""
+    from conftest import write_dataset
+    data = write_dataset(str(tmp_path / 'data'), n_train=2000, n_val=500)
+    stopped = [sys.executable, '-c', 'import sys; print("SIGTERM received: checkpoint written"); sys.exit(143)']
+    real = reproduce.commands
+    monkeypatch.setattr(reproduce, 'commands', lambda *a: [('train', stopped)] + real(*a)[1:])
+    code, message, printed = exit_of(capsys, 'table5', '--scale', 'smoke', '--rows', '11_orthoadam', '--dataset', data,
+                                     '--out', str(tmp_path / 'out'), '--job_minutes', '1')
+    (run,) = os.listdir(tmp_path / 'out' / 'smoke' / 'runs')
+    assert code == 143 and printed.strip().splitlines()[-1] == (
+        f"reproduce.py: {run}: train stopped by SIGTERM (exit 143); the same command continues it"), printed
+    log = open(tmp_path / 'out' / 'smoke' / 'runs' / run / 'train.out').read()
+    assert log.count('$ ') == 1 and '[done' not in printed and '[failed]' not in printed and '[stopped]' in printed

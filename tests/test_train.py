@@ -32,6 +32,13 @@ def config(data, out, *overrides):
     return load_config(train_config.DEFAULTS, list(args), train_config.CHOICES)
 
 
+def config_args(data, out, *overrides):
+    """config()'s arguments as train.py's command line."""
+    return [os.path.join('config', 'tiny_cpu.py'), f'--dataset={data}', f'--out_dir={out}', '--n_layer=2',
+            '--n_embd=32', '--n_head=2', '--block_size=32', '--batch_size=4', '--log_interval=1', '--warmup_iters=2',
+            '--lr_decay_iters=12', '--max_iters=6', '--eval_interval=100', *overrides]
+
+
 def run_cli(*args, env=None, **kw):
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, **(env or {})), timeout=240, **kw)
@@ -285,7 +292,11 @@ def test_two_process_ddp_matches_single_process(bigram_data, tmp_path, variant):
         assert x['documents'] == y['documents'] and all(x[k] == pytest.approx(y[k], rel=1e-3) for k in x['per_layer'])
 
 
-def test_sigterm_writes_checkpoint_and_resume_continues(bigram_data, tmp_path):
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_writes_checkpoint_and_resume_continues(bigram_data, tmp_path, sig):
+    """Surprising exit, case 13: SIGINT (Ctrl-C) and SIGTERM wrote the checkpoint and exited 0, so `train.py && analyze.py`
+    went on with a half-trained model. Now the exit code is 128 + the signal's number (130, 143), as a shell reports
+    a process a signal ended, and the 'stopped' event names the signal; the resume continues exactly."""
     out = str(tmp_path / 'sig')
     args = ['train.py', os.path.join('config', 'tiny_cpu.py'), f'--dataset={bigram_data}', f'--out_dir={out}',
             '--max_iters=100000', '--eval_interval=100000', '--log_interval=1', '--eval_tokens=2048']
@@ -294,12 +305,14 @@ def test_sigterm_writes_checkpoint_and_resume_continues(bigram_data, tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline and not (os.path.exists(log) and open(log).read().count('"train"') >= 3):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr
-    assert 'checkpoint written' in stdout
+    assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig], stderr
+    assert f'{sig.name} received: checkpoint written' in stdout
     it = torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num']
     assert it >= 3
+    last = json.loads(open(log).read().splitlines()[-1])
+    assert last == {'event': 'stopped', 'iter': it, 'reason': 'signal', 'signal': sig.name}
     r = run_cli(*args[:3], f'--out_dir={out}', '--init_from=resume', f'--max_iters={it + 2}', '--eval_tokens=2048')
     assert r.returncode == 0, r.stderr
     assert f'val ppl' in r.stdout and f'iteration {it + 2}' in r.stdout
@@ -320,6 +333,38 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(bigram_data, tmp_p
     after = final_weights(out)
     assert torch.load(os.path.join(out, 'ckpt.pt'), weights_only=False)['iter_num'] == 4
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_time_budget_stop_exits_0(bigram_data, tmp_path):
+    """max_minutes is a job's planned end (a chain continues it): its stop writes the checkpoint and exits 0."""
+    out = str(tmp_path / 'budget')
+    r = run_cli('train.py', os.path.join('config', 'tiny_cpu.py'), f'--dataset={bigram_data}', f'--out_dir={out}',
+                '--max_iters=100000', '--eval_interval=100000', '--eval_tokens=2048', '--max_minutes=0.001')
+    assert r.returncode == 0 and 'time budget max_minutes=0.001 reached: checkpoint written' in r.stdout, r.stderr
+    assert json.loads(open(os.path.join(out, 'log.jsonl')).read().splitlines()[-1])['reason'] == 'max_minutes'
+
+
+@pytest.mark.parametrize('eval_tokens', [10 ** 9, 10, 100])
+def test_eval_tokens_cut_or_rounded_is_said_once(bigram_data, tmp_path, eval_tokens):
+    """Silent-wrong, case 16: eval_tokens larger than val.bin holds, or smaller than one window, or not a multiple of
+    block_size, was cut or rounded without a word. Now one line at the start says what each evaluation reads, and
+    the eval events' val_tokens are that: val.bin's 8,000 tokens (conftest.write_dataset) hold (8000 - 1) // 32 = 249
+    windows of 32."""
+    out = str(tmp_path / 'run')
+    r = run_cli('train.py', *config_args(bigram_data, out), f'--eval_tokens={eval_tokens}', '--max_iters=2',
+                '--eval_interval=2')
+    assert r.returncode == 0, r.stderr
+    windows = {10 ** 9: 249, 10: 1, 100: 3}[eval_tokens]
+    said = [line for line in r.stdout.splitlines() if line.startswith(f'eval_tokens={eval_tokens:,} is ')]
+    why = {10 ** 9: 'more than val.bin holds', 10: 'less than one window of block_size',
+           100: 'not a multiple of block_size'}[eval_tokens]
+    assert said == [f'eval_tokens={eval_tokens:,} is {why}: each evaluation reads {windows:,} window(s) of '
+                    f'block_size=32 ({windows * 32:,} tokens; the eval events\' val_tokens count the targets)'], r.stdout
+    evals = [json.loads(line) for line in open(os.path.join(out, 'log.jsonl')) if '"eval"' in line]
+    assert [e['val_tokens'] for e in evals] == [windows * 32] * 2
+    r = run_cli('train.py', *config_args(bigram_data, str(tmp_path / 'exact')), '--eval_tokens=2048',
+                '--max_iters=2', '--eval_interval=2')
+    assert r.returncode == 0 and 'eval_tokens=' not in r.stdout, r.stdout
 
 
 def test_user_errors_are_one_line(bigram_data, tmp_path):

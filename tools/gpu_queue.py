@@ -16,8 +16,9 @@ from the state the machine keeps while warm (out/ and data/ outlive a call; $OUT
 What lands in --out (at most 8 files of at most 16 MiB, never a checkpoint):
   status.json        {"item", "kind", "mini", "commit", "device", "torch", "calls": [{"call", "minutes", "started",
                      "seconds", "outcome"}], "rows": {run: {"state", "iter", "max_iters", "tokens_per_s",
-                     "analysis", "quant"}}, "steps": {name: {"rc", "seconds"}}, "complete", "next"}; rewritten as
-                     the call goes on; "complete" true when the item has nothing left to do
+                     "analysis", "quant"}}, "steps": {name: {"rc", "seconds"[, "stopped_by"]}}, "complete", "next"};
+                     rewritten as the call goes on; "complete" true when the item has nothing left to do; "rc" null:
+                     the step was stopped (the deadline, or the signal "stopped_by" names), the next call runs it
   rows items         <run>.tar.gz per row (recipe.pack_run: log.jsonl with its probes, train.out, config.json,
                      reproduce.json, then analysis.json, quant.json and the tables' .md/.json/trajectories), packed
                      every 30 s while a row trains; <table>_trajectories.png of the item's first table
@@ -27,6 +28,7 @@ What lands in --out (at most 8 files of at most 16 MiB, never a checkpoint):
                      side_by_side.json (two 60M rows on one GPU against each alone)
 """
 import argparse
+import contextlib
 import glob
 import importlib.util
 import json
@@ -43,9 +45,10 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from fileio import check_output, write_json   # noqa: E402  (library modules of the repository root)
+# library modules of the repository root (E402: imported once sys.path holds it)
+from fileio import MARK, atomic_write, check_output, path_arg, temporary_folder, write_json   # noqa: E402
 from provenance import git_commit   # noqa: E402
-from recipe import PACK_LIMIT, pack_run, run_state   # noqa: E402
+from recipe import PACK_LIMIT, pack_run, run_state, stopped_by   # noqa: E402
 
 OUT_FILES = 8          # what one device call may bring back
 STARTUP_S = 45         # a training job's start before its clock runs: imports, the data check, the model
@@ -161,7 +164,9 @@ def torch_version():
 def run_step(call, name, cmd, seconds, log=None, env=None):
     """A command in its own process group, stopped (SIGTERM, then SIGKILL) when `seconds` or the call's deadline
     less 20 s run out; output to `log` (a file under --out) or to this console. Records {"rc", "seconds"} in the
-    status ("rc": null when it was stopped). Returns the exit code or None."""
+    status ("rc": null when it was stopped: by the deadline, or by a signal, which train.py and reproduce.py report
+    as exit 128 + its number after their checkpoint, recipe.stopped_by; then "stopped_by" names it): a stopped step is
+    run again by the next call. Returns the exit code or None."""
     limit = max(1.0, min(seconds, call.left() - 20))
     t, sink = time.time(), open(log, 'w') if log else None
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT if sink else None,
@@ -179,9 +184,11 @@ def run_step(call, name, cmd, seconds, log=None, env=None):
     finally:
         if sink:
             sink.close()
-    call.status['steps'][name] = {'rc': rc, 'seconds': round(time.time() - t, 1)}
+    stopped = stopped_by(rc)
+    call.status['steps'][name] = {'rc': None if stopped else rc, 'seconds': round(time.time() - t, 1),
+                                  **({'stopped_by': stopped.name} if stopped else {})}
     call.save()
-    return rc
+    return None if stopped else rc
 
 
 # ----------------------------------------------------------------------------- rows (reproduce.py)
@@ -264,7 +271,8 @@ def run_rows(call, job_minutes=None):
                 break   # too little time for a training job: the next call
             minutes = job_minutes if job_minutes is not None else max(left / 60, 0.5)
             cmd = repro_args(call) + ['--rows', row, '--job_minutes', f'{minutes:.6g}', '--max_jobs', '1']
-            run_step(call, f'reproduce {row}', cmd, call.left())
+            if run_step(call, f'reproduce {row}', cmd, call.left()) is None:
+                break   # stopped (the deadline, a signal): the row is not finished; the next call continues it
     finally:
         stop.set()
         stager.join()
@@ -470,37 +478,89 @@ def cmd_run(args):
 
 def cmd_unpack(args):
     """status.json -> INTO/<item>.status.json; every <run>.tar.gz -> INTO/runs/<run>/ and out/reproduce/gpu/runs/<run>/
-    (for reproduce.py --render --goal); every other file -> INTO/. Nothing already there is overwritten."""
-    import tarfile
+    (for reproduce.py --render --goal); every other file -> INTO/. Nothing already there is overwritten. Everything is
+    unpacked into temporary folders beside those places first (fileio.temporary_folder) and moved in only when every
+    file and pack came out whole: a damaged status.json or pack (cut short, not a tar, a member outside its run's
+    folder) is one line and leaves nothing."""
     src, into = os.path.abspath(args.files), os.path.abspath(args.into)
     runs_here = os.path.join(os.path.abspath(args.work), REPRO_OUT, 'gpu', 'runs')
     status_path = os.path.join(src, 'status.json')
     if not os.path.isfile(status_path):
         raise QueueError(f"{src} holds no status.json: give the folder a device call's files came back to")
-    with open(status_path) as f:
-        status = json.load(f)
-    os.makedirs(into, exist_ok=True)
-    targets = {'status.json': os.path.join(into, f"{status.get('item', 'item')}.status.json")}
+    try:
+        with open(status_path) as f:
+            status = json.load(f)
+        if not isinstance(status, dict):
+            raise ValueError('not a JSON object')
+    except (OSError, ValueError) as e:   # a file cut short on the way back
+        raise QueueError(f"{status_path} cannot be read ({e}): the call's files came back damaged; nothing was "
+                         f"unpacked: bring them back again") from None
+    try:
+        check_output(into, '--into', folder=True)
+    except ValueError as e:
+        raise QueueError(str(e)) from None
+    targets = {'status.json': f"{status.get('item', 'item')}.status.json"}
     packs = sorted(f for f in os.listdir(src) if f.endswith('.tar.gz'))
     for name in sorted(os.listdir(src)):
         if name not in targets and name not in packs:
-            targets[name] = os.path.join(into, name)
-    clash = [t for t in targets.values() if os.path.exists(t)]
-    clash += [os.path.join(d, p[:-len('.tar.gz')]) for p in packs
-              for d in (os.path.join(into, 'runs'), runs_here)
-              if os.path.exists(os.path.join(d, p[:-len('.tar.gz')]))]
+            targets[name] = name
+    clash = [os.path.join(into, t) for t in targets.values() if os.path.lexists(os.path.join(into, t))]
+    clash += [os.path.join(d, p[:-len('.tar.gz')]) for p in packs for d in (os.path.join(into, 'runs'), runs_here)
+              if os.path.lexists(os.path.join(d, p[:-len('.tar.gz')]))]
     if clash:
         raise QueueError(f"{clash[0]} exists: unpack into another --into folder (nothing was written)")
-    for name, target in targets.items():
-        shutil.copy(os.path.join(src, name), target)
-    for pack in packs:
-        for dest in (os.path.join(into, 'runs'), runs_here):
-            os.makedirs(dest, exist_ok=True)
-            with tarfile.open(os.path.join(src, pack)) as tar:
-                tar.extractall(dest, filter='data')
+    stages, made, done = {}, [], False
+    try:
+        for final in (into, runs_here):
+            parent = os.path.dirname(final)
+            while not os.path.exists(parent):   # the folders made here, removed again if nothing is unpacked
+                made.append(parent)
+                parent = os.path.dirname(parent)
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            stages[final] = temporary_folder(final, 'gpu_queue.py')
+        for name, target in targets.items():
+            shutil.copy(os.path.join(src, name), os.path.join(stages[into], target))
+        for pack in packs:
+            for dest in (os.path.join(stages[into], 'runs'), stages[runs_here]):
+                extract_pack(os.path.join(src, pack), pack[:-len('.tar.gz')], dest)
+        for final, stage in stages.items():   # every pack whole: now into their places
+            for entry in [e for e in os.listdir(stage) if e != MARK]:
+                parts = [os.path.join(entry, r) for r in os.listdir(os.path.join(stage, entry))] if entry == 'runs' \
+                    else [entry]
+                for part in parts:
+                    os.makedirs(os.path.dirname(os.path.join(final, part)), exist_ok=True)
+                    os.replace(os.path.join(stage, part), os.path.join(final, part))
+        done = True
+    except OSError as e:
+        raise QueueError(f"cannot unpack into {into} ({e.strerror}: {e.filename}): choose another --into") from None
+    finally:
+        for stage in stages.values():
+            shutil.rmtree(stage, ignore_errors=True)
+        for folder in [] if done else sorted(made, key=len, reverse=True):
+            with contextlib.suppress(OSError):   # only while empty
+                os.rmdir(folder)
     print(f"unpacked {len(targets)} file(s) and {len(packs)} pack(s) into {os.path.relpath(into, ROOT)}"
           + (f"; runs also in {os.path.join(REPRO_OUT, 'gpu', 'runs')}" if packs else ''))
     return 0
+
+
+def extract_pack(path, run, dest):
+    """One row's pack (recipe.pack_run: members <run>/<file>) into dest/<run>/, read to its end: a pack cut short,
+    a file that is no gzipped tar, a member outside <run>/ or one tarfile's 'data' filter refuses (a link out, a
+    device) is a one-line QueueError."""
+    import tarfile
+    import zlib
+    try:
+        with tarfile.open(path, 'r:gz') as tar:
+            members = tar.getmembers()   # reads the whole pack: a truncated one fails here
+            outside = [m.name for m in members if not m.name.startswith(run + '/')]
+            if outside:
+                raise QueueError(f"{path}: the member {outside[0]} lies outside {run}/ (not a pack of this queue); "
+                                 f"nothing was unpacked")
+            tar.extractall(dest, members=members, filter='data')
+    except (tarfile.TarError, EOFError, zlib.error) as e:
+        raise QueueError(f"{path} is damaged or not a pack ({type(e).__name__}: {e}); nothing was unpacked: bring the "
+                         f"call's files back again") from None
 
 
 def done_items():
@@ -547,26 +607,42 @@ def cmd_next(_args):
 
 
 def cmd_carry(args):
-    """The two files a device call carries, from ../shared/corpus and the pinned GPT-2 ranks (sha256-checked)."""
+    """The two files a device call carries, from ../shared/corpus and the pinned GPT-2 ranks (sha256-checked). The
+    archive is copied under a temporary name (fileio.atomic_write) and renamed only when its sha256 is the pinned
+    one: a refused file leaves nothing in data/."""
     import hashlib
     from pinned_corpus import gpt2_ranks, load_manifest
     manifest = load_manifest()
+    pinned = manifest['archive']['sha256']
     dest = os.path.join(ROOT, 'data', 'corpus-archive.jsonl.xz')
     src = args.archive or os.path.join(os.path.dirname(ROOT), 'shared', 'corpus', 'corpus-archive.jsonl.xz')
+
+    def sha256(path, out=None):   # of the file at path, copied into out on the way
+        h = hashlib.sha256()
+        with open(path, 'rb') as f:
+            for block in iter(lambda: f.read(1 << 20), b''):
+                h.update(block)
+                if out is not None:
+                    out.write(block)
+        return h.hexdigest()
     if not os.path.isfile(dest):
         if not os.path.isfile(src):
-            raise QueueError(f"no archive at {src}: pass --archive FILE (the manifest pins "
-                             f"{manifest['archive']['sha256'][:16]}...)")
+            raise QueueError(f"no archive at {src}: pass --archive FILE (the manifest pins {pinned[:16]}...)")
+        made = not os.path.isdir(os.path.dirname(dest))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.copy(src, dest + '.tmp')
-        os.replace(dest + '.tmp', dest)
-    h = hashlib.sha256()
-    with open(dest, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            h.update(block)
-    if h.hexdigest() != manifest['archive']['sha256']:
-        raise QueueError(f"{dest} has sha256 {h.hexdigest()[:16]}..., the manifest pins "
-                         f"{manifest['archive']['sha256'][:16]}...: move it away and copy the pinned one")
+        try:
+            with atomic_write(dest, 'wb') as out:
+                found = sha256(src, out)
+                if found != pinned:   # raised inside: the copy is removed, never renamed
+                    raise QueueError(f"{src} has sha256 {found[:16]}..., the manifest pins {pinned[:16]}...: not the "
+                                     f"pinned archive, nothing was copied; pass the pinned one with --archive FILE")
+        except QueueError:
+            if made:   # data/ too, when this made it
+                os.rmdir(os.path.dirname(dest))
+            raise
+    elif sha256(dest) != pinned:
+        raise QueueError(f"{dest} has sha256 {sha256(dest)[:16]}..., the manifest pins {pinned[:16]}...: move it away "
+                         f"and copy the pinned one")
     from pathlib import Path
     ranks = gpt2_ranks(Path(ROOT) / 'data' / 'corpus_cache', manifest)
     size = (os.path.getsize(dest) + os.path.getsize(ranks)) / 2 ** 20
@@ -580,21 +656,23 @@ def main(argv=None):
     sub.add_parser('list', help='the items in queue order')
     sub.add_parser('next', help='the next item without committed results, and its device calls')
     c = sub.add_parser('carry', help='put the archive and GPT-2 ranks where a device call carries them from')
-    c.add_argument('--archive', help='the pinned archive file (default: ../shared/corpus/corpus-archive.jsonl.xz)')
+    c.add_argument('--archive', type=path_arg,
+                   help='the pinned archive file (default: ../shared/corpus/corpus-archive.jsonl.xz)')
     r = sub.add_parser('run', help='run an item (on the GPU machine), or its CPU miniature with --mini')
     r.add_argument('item', help=', '.join(BY_NAME))
-    r.add_argument('--out', required=True, help="the device's $OUT: what comes back")
+    r.add_argument('--out', required=True, type=path_arg, help="the device's $OUT: what comes back")
     r.add_argument('--minutes', type=float, required=True, help='wall minutes this call may use (<= 10)')
     r.add_argument('--commit', default=None, help='the commit the working tree was copied from (for status.json)')
     r.add_argument('--mini', action='store_true', help='the CPU miniature: smoke-scale rows, CPU tests, quick bench')
     r.add_argument('--job_minutes', type=float, default=None, help=argparse.SUPPRESS)   # tests: force a short job
-    r.add_argument('--work', default=ROOT, help=argparse.SUPPRESS)       # tests: where out/ goes (default: here)
-    r.add_argument('--dataset', default=None, help=argparse.SUPPRESS)    # tests: a prepared folder for --mini
+    r.add_argument('--work', default=ROOT, type=path_arg, help=argparse.SUPPRESS)   # tests: where out/ goes (default: here)
+    r.add_argument('--dataset', default=None, type=path_arg, help=argparse.SUPPRESS)    # tests: a prepared folder for --mini
     u = sub.add_parser('unpack', help="a window's files (the device reply's files_at) into docs/results/ and "
                                       "out/reproduce/gpu/runs/")
-    u.add_argument('files', help="the folder the device call's files came back to (files_at)")
-    u.add_argument('--into', required=True, help='docs/results/<date>-<device>, e.g. docs/results/2026-11-27-h100')
-    u.add_argument('--work', default=ROOT, help=argparse.SUPPRESS)   # tests: where out/ is (default: here)
+    u.add_argument('files', type=path_arg, help="the folder the device call's files came back to (files_at)")
+    u.add_argument('--into', required=True, type=path_arg,
+                   help='docs/results/<date>-<device>, e.g. docs/results/2026-11-27-h100')
+    u.add_argument('--work', default=ROOT, type=path_arg, help=argparse.SUPPRESS)   # tests: where out/ is (default: here)
     args = p.parse_args(argv)
     try:
         return {'list': cmd_list, 'next': cmd_next, 'carry': cmd_carry, 'run': cmd_run,
