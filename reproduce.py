@@ -50,85 +50,18 @@ from pinned_corpus import CorpusError, find_archive
 from dataset import load_meta, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
 from fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from paper_tables import TABLES
-from recipe import PILOT_KEYS, check_goal, goal_text, gpu_rows, pack_runs, run_state, stopped_by
+from recipe import check_goal, goal_text, pack_runs, run_state, stopped_by
+from scales import SCALES, Scale, scaled_overrides
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-# ----------------------------------------------------------------------------- scales
-@dataclass
-class Scale:
-    description: str
-    depth: float = 1.0
-    width: float = 1.0
-    seq: float = 1.0
-    iters: int | None = None       # None: the config's max_iters and warmup_iters
-    warmup: float = 0.05           # warmup_iters as a fraction of iters (the same for every row)
-    overrides: dict = field(default_factory=dict)
-    max_docs: int = 100_000        # validation documents for analyze.py and eval_quant.py
-    batch_size: int = 8            # their batch size
-    row_overrides: object = None   # (table, resolved row config) -> extra overrides, or None: not run at this scale
-    datasets: tuple = ()           # the first of these that is prepared replaces overrides['dataset']
-    expected: bool = False         # print the expected wall time on one H100 before running
-
-
-SCALES = {
-    'paper': Scale("the config files as written (Appendix A): C4, batch 512, the paper's step counts"),
-    'mini': Scale(
-        "CPU miniature: the Bigram-Backcopy task (data/bigram_backcopy), layers and heads / 6 (head size 64), "
-        "sequence length / 4, 3000 iterations of 32 sequences per row (SGD rows 8x), 5% warmup",
-        depth=1 / 6, width=1 / 6, seq=1 / 4, iters=3000, warmup=0.05,
-        overrides=dict(dataset='bigram_backcopy', windows='document', batch_size=32, gradient_accumulation_steps=1,
-                       compile=False, eval_tokens=32_768, device='cpu'),
-        max_docs=200, batch_size=50),
-    'gpu': Scale(
-        "one H100 session per row (15 device minutes, two jobs of <= 10): the sink recipe on every row "
-        "(windows start at documents, an end-of-text token at position 0; weight decay 0.5 on matrices with "
-        "AdamW, OrthoAdam and Muon; each row's own learning rate; recipe.py, docs/reproducing.md); the rows of up "
-        "to 130M parameters at their own shapes "
-        "(Tables 2, 3 and 6; the 350M and 1.4B rows are left out), Table 5 and the mitigations at the 60M shape "
-        "(10 layers, 8 heads of 64); 32,768 tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 10,000 "
-        "steps at 60M (0.33 B tokens), 4,000 at 130M (0.13 B), 3,000 for Table 5 and the mitigations (0.10 B; SGD "
-        "rows 8x), 3,000 for the pilots (0.10 B); 6% warmup; C4 when data/c4 is prepared, else the pinned corpus's "
-        "archive subset (data/pinned_archive, NOT C4)",
-        row_overrides=gpu_rows, datasets=('c4', 'pinned_archive'), expected=True,
-        overrides=dict(dataset='pinned_archive', gradient_accumulation_steps=1, eval_tokens=131_072, compile=True),
-        max_docs=300, batch_size=8),
-    'smoke': Scale(
-        "seconds, for the tests: 1 layer, 1 head of 64, sequences of 16, 4 iterations",
-        depth=0.01, width=0.01, seq=1 / 16, iters=4, warmup=0.25,
-        overrides=dict(dataset='bigram_backcopy', batch_size=4, gradient_accumulation_steps=1, compile=False,
-                       eval_tokens=256, device='cpu'),
-        max_docs=8, batch_size=4),
-}
+# ----------------------------------------------------------------------------- scales (scales.py)
 # keys that do not change what a run computes (its weights): runs equal in everything else are one run
 NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'eval_interval', 'probe_docs', 'probe_interval',
                 'always_save_checkpoint', 'divergence_factor', 'wandb_log', 'wandb_project', 'wandb_run_name',
                 'compile', 'device')
 
-
-def scaled_overrides(cfg, scale: Scale, steps: int, table=None):
-    """--key=value items that shrink one row's resolved config `cfg` to `scale` (nothing for paper); None when
-    the scale leaves the row out."""
-    out = dict(scale.overrides)
-    if scale.row_overrides is not None:
-        extra = scale.row_overrides(table, cfg)
-        if extra is None:
-            return None
-        out.update(extra, max_iters=extra['max_iters'] * steps)
-    if scale.depth != 1 or scale.width != 1:
-        head = cfg['n_embd'] // cfg['n_head']
-        n_head = max(1, round(cfg['n_head'] * scale.width))
-        out.update(n_layer=max(1, round(cfg['n_layer'] * scale.depth)), n_head=n_head, n_embd=n_head * head)
-    if scale.seq != 1:
-        out['block_size'] = max(8, round(cfg['block_size'] * scale.seq))
-    if table == 'pilots':   # a pilot's own windows and weight decay are what it measures
-        out = {k: v for k, v in out.items() if k not in PILOT_KEYS}
-    if scale.iters is not None:
-        iters = scale.iters * steps
-        out.update(max_iters=iters, warmup_iters=round(scale.iters * scale.warmup), lr_decay_iters=0,   # 21 evaluations:
-                   eval_interval=max(1, iters // 20), log_interval=max(1, iters // 10))   # points of the trajectories
-    return [f'--{k}={v!r}' if isinstance(v, str) else f'--{k}={v}' for k, v in out.items()]
 
 
 class SweepError(Exception):
