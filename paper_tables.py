@@ -24,6 +24,13 @@ def _grid(size, model, n, numbers):
     return [Row(f'table2/{size}_{v}', (model, n) + flags[v], nums) for v, nums in numbers.items()]
 
 
+# Guo et al.'s released values at step 2,000 (attention on <s> from non-trigger queries, ||h_<s>|| after layer 0,
+# ||v_<s>|| in layer 0), for the rows they trained
+GUO_AT_2000 = {(1, 'softmax', 'adam'): (0.798, 32.2, 2.72), (3, 'softmax', 'adam'): (None, 43.2, None),
+               (3, 'softmax', 'sgd'): (None, 26.3, None), (3, 'relu', 'adam'): (None, 23.9, None)}
+# the laptop pilots (config/laptop/pilots/): name, the lever against config/laptop/base.py
+LAPTOP_PILOTS = (('p01_bytes', 'the base: bytes, BOS at 0, T 256, 4 x 256, LR 2e-3, β2 0.95, 1,500 steps'),
+                 ('p02_bb', "Bigram-Backcopy (Shakespeare's characters) instead of bytes"))
 T2 = ('ppl', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'first_attn_argmax')
 Q = [('full', 'quant', 'ppl.full', '.2f', True)] + [
     (name, 'quant', f'{part}.{scheme}', '.2f', True)
@@ -139,4 +146,37 @@ TABLES = {
          ('First mass', 'analysis', 'first_attn_mass', '.3f', False),
          ('E_m[X_m,1,d]', 'analysis', 'max_abs_first', '.1f', False)),
         [Row(f'pilots/bos{b}_wd{w}', ('✓' if b else '✗', f'0.{w[1]}'), ()) for b in (0, 1) for w in ('01', '05')]),
+    'bb': Table(
+        "Guo et al.'s Bigram-Backcopy (2024): the attention sink, the value-state drain and the residual-state peak in "
+        "1- and 3-layer models, and the fixes; ours after 2,000 steps of 8 sequences, theirs (their released curves) "
+        "after 2,000 steps of 512 (<s> = the first token; L0 = layer 0; peak and drain: <s> over the median token, "
+        "max and min over layers)",
+        ('Layers', 'Attention', 'Optimizer'),
+        (('Attn on <s> (L0, non-trigger queries)', 'analysis', 'per_layer.first_attn_mass_nontrigger.0', '.3f', True),
+         ('‖h_<s>‖ after L0', 'analysis', 'per_layer.resid_norm_first.0', '.1f', True),
+         ('‖v_<s>‖ L0', 'analysis', 'per_layer.value_norm_first.0', '.2f', True),
+         ('h peak', 'analysis', 'resid_peak', '.2f', False),
+         ('v drain', 'analysis', 'value_drain_min', '.2f', False),
+         ('PPL', 'analysis', 'ppl', '.3f', False)),
+        # theirs at step 2,000 (GuoTianYu2000/Active-Dormant-Attention 16b3593, BBM/figures/BBM/dynamics.pkl and
+        # massive_dynamics_sgd_relu.pt; docs/results/bb-guo-reference.json holds the curves): None where none released
+        [Row(f'bb/{layers}l_{attn}_{opt}', (str(layers), label, name), GUO_AT_2000.get((layers, attn, opt), (None,) * 3))
+         for layers in (1, 3) for attn, opt, label, name in (
+             ('softmax', 'adam', 'softmax', 'Adam'), ('softmax', 'sgd', 'softmax', 'SGD'),
+             ('relu', 'adam', 'ReLU', 'Adam'), ('softmax1', 'adam', 'softmax-1', 'Adam'),
+             ('softmax', 'orthoadam', 'softmax', 'OrthoAdam'), ('softmax1', 'orthoadam', 'softmax-1', 'OrthoAdam'))]),
+    'laptop_pilots': Table(
+        "The laptop pilots (ours): Table 2's vanilla 60M row at the laptop scale (config/laptop/base.py), one lever "
+        "changed per pilot; which setting shows the paper's phenomena on two CPU cores (peak: the first token's "
+        "hidden-state norm over the median token's, max over layers; max/median: its largest channel over its "
+        "median channel)",
+        ('Pilot', 'Lever'),
+        (('PPL', 'analysis', 'ppl', '.2f', False), ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False),
+         ('E_m[κ_m,>1]', 'analysis', 'kurtosis_rest', '.1f', False),
+         ('%First Attn', 'analysis', 'first_attn_argmax', '.3f', False),
+         ('First mass', 'analysis', 'first_attn_mass', '.3f', False),
+         ('h peak', 'analysis', 'resid_peak', '.2f', False),
+         ('max/median', 'analysis', 'max_over_median_first', '.1f', False),
+         ('E_m[X_m,1,d]', 'analysis', 'max_abs_first', '.1f', False)),
+        [Row(f'laptop/pilots/{name}', (name[:3], lever), ()) for name, lever in LAPTOP_PILOTS]),
 }

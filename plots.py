@@ -256,10 +256,11 @@ def plot_bb_dynamics(runs, reference, path, note=''):
             y = [(e['probe'].get('per_layer') or {}).get(key, [None])[0] for e in evals]
             ax.plot([e['iter'] for e in evals], [math.nan if v is None else v for v in y], '-' if n_layer == 1 else '--',
                     color=f"C{variants.index(label.split(', ')[-1]) % 10}", label=label)
-        for i, (name, curve) in enumerate((n, c) for n, c in reference.items() if theirs in c):
-            steps = [s for s in curve['step'] if s <= last]
-            ax.plot(steps, curve[theirs][:len(steps)], ':', color=('black', '0.45', '0.7')[i % 3], lw=2,
-                    label=f'Guo et al.: {name}')
+        for i, (name, curve) in enumerate(reference.items()):   # one shade per curve, in every panel alike
+            if theirs in curve:
+                steps = [s for s in curve['step'] if s <= last]
+                ax.plot(steps, curve[theirs][:len(steps)], ':' if i == 0 else '-.', lw=2,
+                        color=('black', '0.3', '0.55', '0.75')[i % 4], label=f'Guo et al.: {name}')
         ax.set(title=title, xlabel='training step')
         ax.title.set_fontsize(10)
         ax.grid(alpha=0.3)

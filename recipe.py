@@ -9,6 +9,7 @@ sink and outliers, a softmax-1 + OrthoAdam row without them at the same perplexi
     python reproduce.py table2 --scale gpu --rows gpt2_60m_vanilla --job_minutes 6 --pack out/pack
     python reproduce.py table2 --scale gpu --rows gpt2_60m --render --goal
 """
+import functools
 import io
 import json
 import math
@@ -18,6 +19,8 @@ import sys
 import tarfile
 
 from fileio import atomic_write, disk_full, disk_full_text
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # Every knob: (config key, value, evidence). sink-recipe.md (the science notes) holds the sources; G = Gu et al.,
 # ICLR 2025 (60M LLaMA, share of heads whose first-token mass > 0.3), B = Bondarenko et al., NeurIPS 2023.
@@ -164,6 +167,33 @@ def pack_runs(run_dirs, folder, extra=()):
     return missing
 
 
+# ----------------------------------------------------------------------------- the laptop scale
+LAPTOP_BASE, LAPTOP_OF = 'laptop/base', 'table2/gpt2_60m_vanilla'   # config/<...>.py
+LAPTOP_AS_WRITTEN = ('bb', 'laptop_pilots')   # tables whose configs are laptop-sized already
+
+
+@functools.lru_cache(maxsize=1)
+def laptop_setting():
+    """The laptop scale as overrides: config/laptop/base.py's differences from Table 2's vanilla 60M row (its out_dir
+    aside), resolved as train.py resolves them."""
+    from configurator import load_config
+    from train_config import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
+    base, of = (load_config(DEFAULTS, [os.path.join(ROOT, 'config', f'{c}.py')], CHOICES, RANGES)
+                for c in (LAPTOP_BASE, LAPTOP_OF))
+    return {k: v for k, v in base.items() if v != of[k] and k != 'out_dir'}
+
+
+def laptop_rows(table, cfg):
+    """The laptop scale of one row (SCALES['laptop']): the configs of the Bigram-Backcopy table and the laptop pilots
+    as written; the 60M GPT-2 rows of Tables 2 and 3 with laptop_setting(), each keeping its own attention and
+    optimiser; every other row left out (None)."""
+    if table in LAPTOP_AS_WRITTEN:
+        return {}
+    if table in ('table2', 'table3') and cfg['n_embd'] == 512 and cfg['n_layer'] == 10:   # GPT-2 60M's shape
+        return dict(laptop_setting())
+    return None
+
+
 # ----------------------------------------------------------------------------- the sink goal (issue 27)
 GOAL_RATIO = 5.0      # vanilla's quantisation penalty at least this many times softmax-1 + OrthoAdam's
 GOAL_FLOOR = 0.01     # PPL: a penalty below this counts as this much (a ratio to ~0 means nothing)
@@ -198,9 +228,39 @@ def check_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
     return out
 
 
-def goal_text(results):
-    """check_goal's result as lines, then one verdict line."""
+def check_laptop_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
+    """The goal of the laptop scale, as check_goal: vanilla with the paper's phenomena (a sink by argmax share and by
+    mass, a residual-state peak in some layer, outlier kurtosis on the first token), softmax-1 + OrthoAdam without
+    them at the same perplexity, and (with eval_quant.py's results) vanilla's per-tensor W8A8 penalty at least
+    GOAL_RATIO times softmax-1 + OrthoAdam's."""
+    def get(d, key):
+        v = d.get(key) if isinstance(d, dict) else None
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    def crit(name, value, test):
+        return (name, value, None if value is None else bool(test(value)))
+
+    out = [crit('vanilla first_attn_argmax >= 0.5', get(vanilla, 'first_attn_argmax'), lambda v: v >= 0.5),
+           crit('vanilla first_attn_mass >= 0.3', get(vanilla, 'first_attn_mass'), lambda v: v >= 0.3),
+           crit('vanilla resid_peak >= 5 (max over layers)', get(vanilla, 'resid_peak'), lambda v: v >= 5),
+           crit('vanilla E_m kurtosis first >= 20', get(vanilla, 'kurtosis_first'), lambda v: v >= 20),
+           crit('s1+OA first_attn_mass <= 0.05', get(s1oa, 'first_attn_mass'), lambda v: v <= 0.05),
+           crit('s1+OA resid_peak <= 1.5', get(s1oa, 'resid_peak'), lambda v: v <= 1.5),
+           crit('s1+OA E_m kurtosis first <= 5', get(s1oa, 'kurtosis_first'), lambda v: v <= 5)]
+    pv, ps = (p if p is not None and p >= 1 else None for p in (get(vanilla, 'ppl'), get(s1oa, 'ppl')))
+    out.append(crit('s1+OA PPL within 2% of vanilla (ratio)', None if None in (pv, ps) else ps / pv,
+                    lambda v: v <= 1.02))
+    if vanilla_quant is not None or s1oa_quant is not None:
+        dv, ds = ((q or {}).get('delta', {}).get('coarse') for q in (vanilla_quant, s1oa_quant))
+        dv, ds = (d if isinstance(d, (int, float)) and math.isfinite(d) else None for d in (dv, ds))
+        out.append(crit(f'coarse (per-tensor W8A8) dPPL vanilla / s1+OA >= {GOAL_RATIO:g}',
+                        None if None in (dv, ds) else dv / max(ds, GOAL_FLOOR), lambda v: v >= GOAL_RATIO))
+    return out
+
+
+def goal_text(results, name='sink goal'):
+    """check_goal's (or check_laptop_goal's) result as lines, then one verdict line."""
     lines = [f"{'met' if ok else 'MISSING' if ok is None else 'not met'}: {name}"
              + ('' if value is None else f" ({value:.4g})") for name, value, ok in results]
     verdict = all(ok for _, _, ok in results)
-    return lines + [f"sink goal: {'met' if verdict else 'not met'}"], verdict
+    return lines + [f"{name}: {'met' if verdict else 'not met'}"], verdict

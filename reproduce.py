@@ -47,10 +47,10 @@ from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
 from pinned_corpus import CorpusError, find_archive
-from dataset import load_meta, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
+from dataset import load_meta, prepare_bb_shakespeare, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
 from fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from paper_tables import TABLES
-from recipe import check_goal, goal_text, pack_runs, run_state, stopped_by
+from recipe import check_goal, check_laptop_goal, goal_text, pack_runs, run_state, stopped_by
 from scales import SCALES, Scale, scaled_overrides
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -185,9 +185,9 @@ def scale_dataset(scale: Scale):
 
 
 def ensure_data(runs):
-    """Check every dataset the runs read; the Bigram-Backcopy task (seconds) and the pinned corpus's archive subset
-    (seconds from corpus-archive.jsonl.xz in data/ or the working directory, else from its registry artifacts) are
-    prepared when missing."""
+    """Check every dataset the runs read; the ones a scale names by default are prepared when missing (seconds to a
+    minute): the Bigram-Backcopy tasks, the bytes of the pinned corpus's CPU subset, and its archive subset (from
+    corpus-archive.jsonl.xz in data/ or the working directory, else from its registry artifacts)."""
     for dataset in dict.fromkeys(r.cfg['dataset'] for r in runs):
         d = data_dir(dataset)
         try:
@@ -195,13 +195,16 @@ def ensure_data(runs):
             continue
         except ValueError as e:
             problem = str(e)
-        if not os.path.exists(os.path.join(d, 'meta.json')) and dataset in ('bigram_backcopy', 'pinned_archive'):
-            archive = find_archive()
-            how = ('bigram_backcopy' if dataset == 'bigram_backcopy' else
-                   'pinned --subset archive' + (f' --corpus_archive {archive}' if archive else ''))
-            print(f"preparing {d} (python prepare_c4.py --source {how} --out_dir {d})", file=sys.stderr)
+        archive = find_archive() if dataset == 'pinned_archive' else None
+        how = {'bigram_backcopy': ('bigram_backcopy', lambda: prepare_bigram_backcopy(d)),
+               'bb_shakespeare': ('bb_shakespeare', lambda: prepare_bb_shakespeare(d)),
+               'pinned_cpu_bytes': ('pinned --tokenizer bytes', lambda: prepare_pinned(d, 'cpu', tokenizer='bytes')),
+               'pinned_archive': ('pinned --subset archive' + (f' --corpus_archive {archive}' if archive else ''),
+                                  lambda: prepare_pinned(d, 'archive', archive))}.get(dataset)
+        if not os.path.exists(os.path.join(d, 'meta.json')) and how:
+            print(f"preparing {d} (python prepare_c4.py --source {how[0]} --out_dir {d})", file=sys.stderr)
             try:
-                prepare_bigram_backcopy(d) if dataset == 'bigram_backcopy' else prepare_pinned(d, 'archive', archive)
+                how[1]()
             except (PrepareError, CorpusError) as e:
                 raise SweepError(f"{e} (the runs read data/{dataset})") from None
             continue
@@ -423,8 +426,12 @@ def _cuda():
 
 # ----------------------------------------------------------------------------- rendering
 def _get(results, key):
+    """A value of a result by its dotted key; a part that is a number indexes a list (per_layer.resid_peak.0)."""
     for part in key.split('.'):
-        results = results.get(part) if isinstance(results, dict) else None
+        if isinstance(results, list) and part.isdigit():
+            results = results[int(part)] if int(part) < len(results) else None
+        else:
+            results = results.get(part) if isinstance(results, dict) else None
     return results
 
 
@@ -501,8 +508,23 @@ def draw_trajectories(name, runs, out):
     return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
 
 
-def goal(runs):
-    """Print recipe.check_goal on the 60M vanilla and softmax-1 + OrthoAdam rows; True when it is met."""
+def draw_bb_dynamics(runs, out):
+    """<out>/bb_dynamics.png: the Bigram-Backcopy rows' probes at layer 0 against steps, beside Guo et al.'s released
+    curves (docs/results/bb-guo-reference.json; plots.plot_bb_dynamics); None when no run has a probe yet."""
+    import plots
+    with open(os.path.join(ROOT, 'docs', 'results', 'bb-guo-reference.json')) as f:
+        reference = json.load(f)['curves']
+    logs = [(f"{row.labels[0]} L, {row.labels[1]} + {row.labels[2]}", os.path.join(run.cfg['out_dir'], 'log.jsonl'),
+             run.cfg['n_layer']) for row in TABLES['bb'].rows for run in runs for t, r in run.rows if r is row]
+    logs = [entry for entry in logs if os.path.isfile(entry[1])]
+    batch = {r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps'] for r in runs if r.config.startswith('bb/')}
+    note = f"; ours: batch {'/'.join(map(str, sorted(batch)))}, theirs 512"
+    return plots.plot_bb_dynamics(logs, reference, os.path.join(out, 'bb_dynamics.png'), note) if logs else None
+
+
+def goal(runs, scale_name):
+    """Print the goal of the scale (recipe.check_laptop_goal at the laptop scale, else recipe.check_goal) on the 60M
+    vanilla and softmax-1 + OrthoAdam rows; True when it is met."""
     found = {}
     for run in runs:
         for _, row in run.rows:
@@ -513,7 +535,10 @@ def goal(runs):
               file=sys.stderr)
         return False
     (v, s) = pair
-    lines, ok = goal_text(check_goal(v.get('analysis'), s.get('analysis'), v.get('quant'), s.get('quant')))
+    laptop = scale_name == 'laptop'
+    lines, ok = goal_text((check_laptop_goal if laptop else check_goal)(v.get('analysis'), s.get('analysis'),
+                                                                       v.get('quant'), s.get('quant')),
+                          'laptop goal' if laptop else 'sink goal')
     print('\n'.join(lines))
     return ok
 
@@ -524,8 +549,8 @@ def main(argv=None):
     p.add_argument('tables', nargs='+', choices=sorted(TABLES), metavar='TABLE',
                    help=f"one or more of {', '.join(sorted(TABLES))}")
     p.add_argument('--scale', default='paper', choices=sorted(SCALES),
-                   help='paper (default), gpu (one H100, the sink recipe, a row per 15-minute session), mini (CPU), '
-                   'smoke (tests)')
+                   help='paper (default), gpu (one H100, the sink recipe, a row per 15-minute session), laptop (two '
+                   'CPU cores, about an hour a table), mini (CPU, minutes), smoke (tests)')
     p.add_argument('--rows', nargs='+', default=[], metavar='WORD', help='only rows whose config name contains a WORD '
                    '(a WORD that is a row\'s whole name, e.g. gpt2_60m_s1, selects that row alone)')
     p.add_argument('--nproc', type=number(int, 1), default=1, help='processes (GPUs) per training run, through torchrun')
@@ -545,7 +570,8 @@ def main(argv=None):
                    help="after rendering, pack each row's results and the tables' files into "
                    "DIR/<run>.tar.gz (<= 16 MiB each: recipe.pack_run)")
     p.add_argument('--goal', action='store_true', help="check the 60M vanilla and softmax-1 + OrthoAdam rows against "
-                   "the sink goal (recipe.check_goal); exit 1 when it is not met")
+                   "the goal of the scale (recipe.check_laptop_goal at --scale laptop, else recipe.check_goal); exit 1 "
+                   "when it is not met")
     p.add_argument('--allow_cpu', action='store_true', help='start the paper or gpu scale on a machine without a CUDA '
                    'GPU (days of work; without this flag such a run shows its plan and stops)')
     args = p.parse_args(argv)   # the numbers are checked where they are parsed (fileio.number)
@@ -601,13 +627,14 @@ def main(argv=None):
             with atomic_write(os.path.join(out, f'{name}.md')) as f:
                 f.write(md + '\n')
             write_json(os.path.join(out, f'{name}.json'), doc, indent=1)
-            figures += [p for p in [draw_trajectories(name, runs, out)] if p]
+            drawn = [draw_trajectories(name, runs, out)] + ([draw_bb_dynamics(runs, out)] if name == 'bb' else [])
+            figures += [p for p in drawn if p]
             print(md + '\n')
         print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "
               f"in {duration(time.time() - t0)}", file=sys.stderr)
         tables = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures
         unpacked = pack_runs({r.name: r.cfg['out_dir'] for r in runs}, args.pack, tables) if args.pack else []
-        met = goal(runs) if args.goal else True
+        met = goal(runs, args.scale) if args.goal else True
         for e in failures:   # a job a signal stopped: exit as train.py did, 128 + its number
             if isinstance(e, Interrupted):
                 print(f"reproduce.py: {e}", file=sys.stderr)
@@ -617,7 +644,8 @@ def main(argv=None):
         if unpacked:   # a script or a GPU job must not read success when a pack is missing
             sys.exit(f"reproduce.py: error: {len(unpacked)} of {len(runs)} row(s) not packed: " + '; '.join(unpacked))
         if not met:
-            sys.exit("reproduce.py: the sink goal is not met (the lines above say which part)")
+            sys.exit(f"reproduce.py: the {'laptop' if args.scale == 'laptop' else 'sink'} goal is not met (the lines "
+                     f"above say which part)")
     except SweepError as e:
         sys.exit(f'reproduce.py: error: {e}')
     except KeyboardInterrupt:   # Ctrl-C reaches train.py too, which writes its checkpoint

@@ -3,7 +3,7 @@ SCALES, scaled_overrides). `paper` runs the config files as written; `gpu` and `
 that fits one machine (recipe.gpu_rows, recipe.laptop_rows); `mini` and `smoke` shrink every row the same way."""
 from dataclasses import dataclass, field
 
-from recipe import PILOT_KEYS, gpu_rows
+from recipe import PILOT_KEYS, gpu_rows, laptop_rows
 
 
 @dataclass
@@ -44,6 +44,12 @@ SCALES = {
         row_overrides=gpu_rows, datasets=('c4', 'pinned_archive'), expected=True,
         overrides=dict(dataset='pinned_archive', gradient_accumulation_steps=1, eval_tokens=131_072, compile=True),
         max_docs=300, batch_size=8),
+    'laptop': Scale(
+        "two CPU cores, about an hour a table with --jobs 2: Table 2's 60M GPT-2 rows (and Table 3's quantisation of "
+        "them) at the setting of config/laptop/base.py (the pilots chose it: docs/reproducing.md), each row its own "
+        "attention and optimiser; Guo et al.'s Bigram-Backcopy table and the laptop pilots as their configs are "
+        "written (config/bb/, config/laptop/pilots/)",
+        row_overrides=laptop_rows, max_docs=200, batch_size=1),
     'smoke': Scale(
         "seconds, for the tests: 1 layer, 1 head of 64, sequences of 16, 4 iterations",
         depth=0.01, width=0.01, seq=1 / 16, iters=4, warmup=0.25,
@@ -59,7 +65,7 @@ def scaled_overrides(cfg, scale: Scale, steps: int, table=None):
         extra = scale.row_overrides(table, cfg)
         if extra is None:
             return None
-        out.update(extra, max_iters=extra['max_iters'] * steps)
+        out.update(extra, **({'max_iters': extra['max_iters'] * steps} if 'max_iters' in extra else {}))
     if scale.depth != 1 or scale.width != 1:
         head = cfg['n_embd'] // cfg['n_head']
         n_head = max(1, round(cfg['n_head'] * scale.width))

@@ -54,6 +54,7 @@ def test_backcopy_documents_follow_the_task_definition():
     assert (again == docs).all()                                          # a seed is one draw
 
 
+@pytest.mark.slow   # the pinned corpus's Shakespeare: fetched (or read from the cache) and extracted
 def test_prepared_bb_shakespeare_from_the_pinned_corpus(tmp_path):
     import dataset
     import pinned_corpus
@@ -72,3 +73,24 @@ def test_prepared_bb_shakespeare_from_the_pinned_corpus(tmp_path):
     train = np.fromfile(out / 'train.bin', dtype=np.uint16)
     assert len(train) == 300 * 257 and (train[256::257] == c).all()       # every document: 256 tokens, then <s>
     assert c + 1 not in train                                             # the delimiter is never generated
+
+
+def test_the_dynamics_figure_draws_our_probes_beside_the_reference(tmp_path):
+    """plots.plot_bb_dynamics reads layer 0 of each probe of log.jsonl and draws Guo et al.'s curves up to our last
+    step; a log without probes gives no figure. The committed reference has the three curves of one layer."""
+    import plots
+    log = tmp_path / 'log.jsonl'
+    with open(log, 'w') as f:
+        for it in (0, 100, 200):
+            probe = {'documents': 4, 'per_layer': {'first_attn_mass_nontrigger': [0.1 * it / 100],
+                                                   'resid_norm_first': [24.0 + it / 50], 'value_norm_first': [9.0 - it / 50]}}
+            f.write(json.dumps({'event': 'probe', 'iter': it, 'tokens': it * 2048, 'probe': probe}) + '\n')
+    ref = json.load(open(os.path.join(ROOT, 'docs', 'results', 'bb-guo-reference.json')))['curves']
+    one = ref['1 layer, Adam']
+    assert len(one['step']) == len(one['attn_on_s']) == len(one['resid_norm_s']) == len(one['value_norm_s'])
+    assert one['attn_on_s'][one['step'].index(2000)] == pytest.approx(0.798, abs=1e-3)   # paper_tables.GUO_AT_2000
+    out = plots.plot_bb_dynamics([('1 L, softmax + Adam', str(log), 1)], ref, str(tmp_path / 'dyn.png'))
+    assert out and os.path.getsize(out) > 10_000
+    empty = tmp_path / 'empty.jsonl'
+    empty.write_text('')
+    assert plots.plot_bb_dynamics([('x', str(empty), 1)], ref, str(tmp_path / 'none.png')) is None

@@ -231,3 +231,45 @@ def test_stopped_by_reads_the_exit_code_of_a_signal(code, name):
     signal killed (subprocess's convention). SIGINT = 2, SIGTERM = 15, SIGKILL = 9 on POSIX."""
     from recipe import stopped_by
     assert (stopped_by(code).name if stopped_by(code) else None) == name
+
+
+LAPTOP_V = {'ppl': 3.0, 'first_attn_argmax': 0.6, 'first_attn_mass': 0.4, 'resid_peak': 6.0, 'kurtosis_first': 25.0}
+LAPTOP_S = {'ppl': 3.05, 'first_attn_mass': 0.04, 'resid_peak': 1.2, 'kurtosis_first': 3.5}
+
+
+@pytest.mark.parametrize('change, failing', [
+    (None, None), (('v', 'first_attn_argmax', 0.49), 'vanilla first_attn_argmax'),
+    (('v', 'first_attn_mass', 0.29), 'vanilla first_attn_mass'), (('v', 'resid_peak', 4.9), 'vanilla resid_peak'),
+    (('v', 'kurtosis_first', 19.0), 'vanilla E_m kurtosis'), (('s', 'first_attn_mass', 0.06), 's1+OA first_attn_mass'),
+    (('s', 'resid_peak', 1.6), 's1+OA resid_peak'), (('s', 'kurtosis_first', 5.5), 's1+OA E_m kurtosis'),
+    (('s', 'ppl', 3.07), 's1+OA PPL')])
+def test_laptop_goal_fails_exactly_the_criterion_that_is_missed(change, failing):
+    """The laptop scale's goal, criterion by criterion at its thresholds (3.07 / 3.0 = 1.0233 > 1.02)."""
+    v, s = dict(LAPTOP_V), dict(LAPTOP_S)
+    if change:
+        ({'v': v, 's': s}[change[0]])[change[1]] = change[2]
+    results = recipe.check_laptop_goal(v, s)
+    failed = [name for name, _, ok in results if not ok]
+    assert len(results) == 8 and failed == ([] if failing is None else [n for n in failed if n.startswith(failing)])
+    assert len(failed) == (0 if failing is None else 1)
+    q = recipe.check_laptop_goal(v, s, {'delta': {'coarse': 0.5}}, {'delta': {'coarse': 0.11}})
+    assert q[-1][1] == pytest.approx(0.5 / 0.11) and q[-1][2] is False                  # 4.5x < 5x
+    lines, verdict = recipe.goal_text(results, 'laptop goal')
+    assert verdict is (failing is None) and lines[-1].startswith('laptop goal: ')
+
+
+def test_laptop_scale_trains_config_laptop_base_for_each_60m_row_and_bb_as_written(tmp_path):
+    """Table 2's vanilla 60M row at the laptop scale is config/laptop/base.py as train.py resolves it (its out_dir
+    aside); the softmax-1 + OrthoAdam row is the same but for its attention and optimizer; the Bigram-Backcopy rows
+    are their config files as written; rows of other sizes are left out."""
+    runs = {r.config: r for r in reproduce.plan(['table2', 'bb'], reproduce.SCALES['laptop'], str(tmp_path))}
+    assert sorted(c for c in runs if c.startswith('table2/')) == [f'table2/gpt2_60m_{v}' for v in ('oa', 's1', 's1oa',
+                                                                                                    'vanilla')]
+    base = reproduce.resolve('laptop/base', [])
+    same = lambda a, b: {k for k in a if k != 'out_dir' and a[k] != b[k]}
+    assert same(runs['table2/gpt2_60m_vanilla'].cfg, base) == set()
+    assert same(runs['table2/gpt2_60m_s1oa'].cfg, base) == {'attn', 'optimizer'}
+    assert same(runs['bb/3l_relu_adam'].cfg, reproduce.resolve('bb/3l_relu_adam', [])) == set()
+    assert len([c for c in runs if c.startswith('bb/')]) == 12
+    assert reproduce._get({'per_layer': {'resid_norm_first': [24.0, 31.5]}}, 'per_layer.resid_norm_first.1') == 31.5
+    assert reproduce._get({'per_layer': {'resid_norm_first': [24.0]}}, 'per_layer.resid_norm_first.3') is None

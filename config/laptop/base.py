@@ -1,0 +1,14 @@
+# The laptop scale of Table 2 (python reproduce.py table2 table3 --scale laptop): GPT-2 60M's architecture and recipe
+# (RMSNorm-S, no biases, absolute positions, GELU, Adam with a cosine schedule) at the size two CPU cores train in
+# under 30 minutes a row, with the settings the pilots chose (docs/reproducing.md, "The laptop scale"). reproduce.py
+# applies this file's differences from config/table2/gpt2_60m_vanilla.py to each of Table 2's 60M rows.
+include('../table2/gpt2_60m_vanilla.py')
+out_dir = 'out/laptop/base'
+dataset, windows = 'pinned_cpu_bytes', 'document'    # bytes of the pinned corpus, a BOS (eot) at position 0
+n_layer, n_head, n_embd, block_size = 4, 4, 256, 256
+batch_size, gradient_accumulation_steps = 16, 1
+learning_rate, min_lr, beta2, weight_decay = 2e-3, 2e-4, 0.95, 0.1
+warmup_iters, max_iters = 100, 1500
+eval_interval, eval_tokens, log_interval = 750, 65_536, 50
+probe_interval, probe_docs = 150, 16
+device, compile, dtype = 'cpu', False, 'float32'
