@@ -75,6 +75,7 @@ def test_prepared_bb_shakespeare_from_the_pinned_corpus(tmp_path):
     assert c + 1 not in train                                             # the delimiter is never generated
 
 
+@pytest.mark.slow   # matplotlib
 def test_the_dynamics_figure_draws_our_probes_beside_the_reference(tmp_path):
     """plots.plot_bb_dynamics reads layer 0 of each probe of log.jsonl and draws Guo et al.'s curves up to our last
     step; a log without probes gives no figure. The committed reference has the three curves of one layer."""
