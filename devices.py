@@ -3,6 +3,7 @@
 the peak FLOP/s used for MFU."""
 import datetime
 import gc
+import importlib
 import os
 import re
 import sys
@@ -63,7 +64,7 @@ def setup_distributed(cfg):
             torch.cuda.set_device(cfg['device'])
         # before the group exists: torch.distributed.nn's functions take group=group.WORLD as a default argument, so
         # imported later (torch.compile does, through dynamo) they would hold the default group to the end (teardown)
-        import torch.distributed.nn  # noqa: F401
+        importlib.import_module('torch.distributed.nn')   # (an import statement here would make `torch` local)
         dist.init_process_group(backend='nccl' if cfg['device'].startswith('cuda') else 'gloo')
     else:
         rank, local_rank, world = 0, 0, 1

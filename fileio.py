@@ -354,7 +354,7 @@ def check_output(path, option, folder=False, inputs=(), replace=None, make=False
     if not path:
         raise ValueError(f"{option} is an empty path (an unset shell variable?); give a "
                          f"{'folder' if folder else 'file'}")
-    shown = path if len(path) <= 80 else f"{path[:60]}...{path[-16:]}"
+    shown = path if len(path) <= 400 else f"{path[:300]}...{path[-60:]}"   # only an absurd path is cut
     absolute = os.path.abspath(path)
     existing = absolute
     while not os.path.lexists(existing):

@@ -16,7 +16,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from fileio import check_output, disk_full, disk_full_text, temporary  # noqa: E402
+from fileio import atomic_write, check_output, disk_full, disk_full_text  # noqa: E402
 
 GAP = 24          # white pixels between panels and between rows
 
@@ -106,10 +106,9 @@ def main():
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    tmp = temporary(args.out)
     try:
-        plt.imsave(tmp, img, format='png')
-        os.replace(tmp, args.out)
+        with atomic_write(args.out, 'wb') as f:
+            plt.imsave(f, img, format='png')
     except OSError as e:
         sys.exit(f"front_figure.py: error: {disk_full_text(args.out) if disk_full(e) else e}")
     print(f"{os.path.relpath(args.out)}: {img.shape[1]} x {img.shape[0]} pixels, {len(rows)} row(s)")

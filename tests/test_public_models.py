@@ -203,7 +203,12 @@ def test_analysis_through_from_hf_equals_analysis_through_transformers(tmp_path)
     b, _ = measure.analyze(ours, data, None, 3, 'cpu')
     for k in tables.SUMMARY_KEYS:
         assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-9), k
+    value_keys = set(measure.VALUE_METRICS) | {'value_drain_min'}
     for k in a['per_layer']:
+        if k in value_keys:   # transformers' modules do not hand out value vectors: unmeasured (NaN, null in JSON)
+            assert all(math.isnan(x) for x in a['per_layer'][k]), k
+            assert all(math.isfinite(x) for x in b['per_layer'][k]), k
+            continue
         assert a['per_layer'][k] == pytest.approx(b['per_layer'][k], rel=1e-5, abs=1e-9), k
 
 
