@@ -29,10 +29,10 @@ def _grid(size, model, n, numbers):
 GUO_AT_2000 = {(1, 'softmax', 'adam'): (0.798, 32.2, 2.72), (3, 'softmax', 'adam'): (None, 43.2, None),
                (3, 'softmax', 'sgd'): (None, 26.3, None), (3, 'relu', 'adam'): (None, 23.9, None)}
 # the laptop pilots (config/laptop/pilots/): name, the lever against config/laptop/base.py
-LAPTOP_PILOTS = (('p01_bytes', 'the base: bytes, BOS at 0, T 256, 4 x 256, LR 2e-3, β2 0.95, 1,500 steps'),
-                 ('p02_bb', "Bigram-Backcopy (Shakespeare's characters) instead of bytes"),
-                 ('p03_wd05', 'weight decay 0.5 instead of 0.1'),
-                 ('p04_ctx512', 'context 512 (8 x 512 tokens a step) instead of 256'))
+LAPTOP_PILOTS = (('p01_bytes', 'the base at 1,500 steps: bytes, BOS at 0, T 256, 4 x 256, LR 2e-3, β2 0.95'),
+                 ('p02_bb', "Bigram-Backcopy (Shakespeare's characters) instead of bytes, 1,500 steps"),
+                 ('p03_wd05', 'weight decay 0.5 instead of 0.1, 900 steps (the base since)'),
+                 ('p04_ctx512', 'context 512 (8 x 512 tokens a step) instead of 256, 900 steps'))
 T2 = ('ppl', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'first_attn_argmax')
 Q = [('full', 'quant', 'ppl.full', '.2f', True)] + [
     (name, 'quant', f'{part}.{scheme}', '.2f', True)

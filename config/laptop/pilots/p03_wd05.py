@@ -1,5 +1,4 @@
 # Laptop pilot 3: weight decay 0.5 on matrices instead of 0.1 (Gu et al., ICLR 2025: 0.5 gave the most sink heads).
 include('../base.py')
-max_iters, eval_interval = 1500, 750   # the pilots' length (the base trains 900)
 out_dir = 'out/laptop/pilots/p03_wd05'
 weight_decay = 0.5
