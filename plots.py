@@ -262,6 +262,8 @@ def plot_bb_dynamics(runs, reference, path, note=''):
                 ax.plot(steps, curve[theirs][:len(steps)], ':' if i == 0 else '-.', lw=2,
                         color=('black', '0.3', '0.55', '0.75')[i % 4], label=f'Guo et al.: {name}')
         ax.set(title=title, xlabel='training step')
+        if key == 'resid_norm_first':   # a norm can grow a hundredfold (ReLU attention's <s>): a log axis keeps the rest
+            ax.set_yscale('log')
         ax.title.set_fontsize(10)
         ax.grid(alpha=0.3)
     fig.suptitle('Extreme-token dynamics on Bigram-Backcopy: ours (probes of log.jsonl, layer 0) beside Guo et al. '

@@ -31,8 +31,8 @@ Table 5's rows at a scale where their schedules coincide).
 Output, per table, in <out>/<scale>/: <table>.md (the table in the paper's layout, ours / paper in
 each cell pair), <table>_trajectories.png (plots.plot_trajectories: the probe of every evaluation of
 every run of the table against the tokens seen, one line per run) and <table>.json: {"table", "title",
-"scale", "scale_description", "columns": [{"name", "key", "paper": bool}], "rows": [{"config", "run_dir",
-"labels": [...], "ours": {key: value or null}, "paper": {key: value}}]}.
+"scale", "scale_description", "columns": [{"name", "key", "paper": bool}], "rows": [{"config", "run_dir"
+(relative to the table's folder), "labels": [...], "ours": {key: value or null}, "paper": {key: value}}]}.
 """
 import argparse
 import glob
@@ -456,8 +456,9 @@ def _cell(value, fmt):
     return '–' if value is None else format(value, fmt)
 
 
-def render(name, runs, scale_name, scale: Scale):
-    """(markdown, json) of one table from the results in the runs' folders."""
+def render(name, runs, scale_name, scale: Scale, out='.'):
+    """(markdown, json) of one table from the results in the runs' folders (each named relative to `out`, the
+    table's folder)."""
     table = TABLES[name]
     header = list(table.label_names)
     for col, _, _, _, paper in table.columns:
@@ -484,8 +485,8 @@ def render(name, runs, scale_name, scale: Scale):
         elif state['state'] != 'finished':
             notes.append(f"config/{row.config}.py not finished: iteration {state['iter']} of {run.cfg['max_iters']}")
         lines.append(cells)
-        rows.append({'config': f'config/{row.config}.py', 'run_dir': run.cfg['out_dir'], 'labels': list(row.labels),
-                     'state': state['state'], 'iter': state['iter'], 'ours': ours, 'paper': paper})
+        rows.append({'config': f'config/{row.config}.py', 'run_dir': os.path.relpath(run.cfg['out_dir'], out),
+                     'labels': list(row.labels), 'state': state['state'], 'iter': state['iter'], 'ours': ours, 'paper': paper})
     md = [f'**{table.title}** — scale `{scale_name}`: {scale.description}.', '',
           '| ' + ' | '.join(header) + ' |', '|' + '|'.join(' --- ' for _ in header) + '|']
     md += ['| ' + ' | '.join(c) + ' |' for c in lines] + ([''] + notes if notes else [])
@@ -622,7 +623,7 @@ def main(argv=None):
             failures = run_all(runs, scale, args.nproc, args.jobs, Chain(args.job_minutes, args.max_jobs))
         figures = []
         for name in args.tables:
-            md, doc = render(name, runs, args.scale, scale)
+            md, doc = render(name, runs, args.scale, scale, out)
             os.makedirs(out, exist_ok=True)
             with atomic_write(os.path.join(out, f'{name}.md')) as f:
                 f.write(md + '\n')
