@@ -151,12 +151,12 @@ TABLES = {
     'bb': Table(
         "Guo et al.'s Bigram-Backcopy (2024): the attention sink, the value-state drain and the residual-state peak in "
         "1- and 3-layer models, and the fixes; ours after 2,000 steps of 8 sequences, theirs (their released curves) "
-        "after 2,000 steps of 512 (<s> = the first token; L0 = layer 0; peak and drain: <s> over the median token, "
+        "after 2,000 steps of 512 (`<s>` = the first token; L0 = layer 0; peak and drain: `<s>` over the median token, "
         "max and min over layers)",
         ('Layers', 'Attention', 'Optimizer'),
-        (('Attn on <s> (L0, non-trigger queries)', 'analysis', 'per_layer.first_attn_mass_nontrigger.0', '.3f', True),
-         ('‖h_<s>‖ after L0', 'analysis', 'per_layer.resid_norm_first.0', '.1f', True),
-         ('‖v_<s>‖ L0', 'analysis', 'per_layer.value_norm_first.0', '.2f', True),
+        (('Attn on `<s>` (L0, non-trigger queries)', 'analysis', 'per_layer.first_attn_mass_nontrigger.0', '.3f', True),
+         ('‖h_`<s>`‖ after L0', 'analysis', 'per_layer.resid_norm_first.0', '.1f', True),
+         ('‖v_`<s>`‖ L0', 'analysis', 'per_layer.value_norm_first.0', '.2f', True),
          ('h peak', 'analysis', 'resid_peak', '.2f', False),
          ('v drain', 'analysis', 'value_drain_min', '.2f', False),
          ('PPL', 'analysis', 'ppl', '.3f', False)),

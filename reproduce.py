@@ -486,7 +486,8 @@ def render(name, runs, scale_name, scale: Scale, out='.'):
             notes.append(f"config/{row.config}.py not finished: iteration {state['iter']} of {run.cfg['max_iters']}")
         lines.append(cells)
         rows.append({'config': f'config/{row.config}.py', 'run_dir': os.path.relpath(run.cfg['out_dir'], out),
-                     'labels': list(row.labels), 'state': state['state'], 'iter': state['iter'], 'ours': ours, 'paper': paper})
+                     'labels': list(row.labels), 'state': state['state'], 'iter': state['iter'], 'ours': ours,
+                     'paper': paper})
     md = [f'**{table.title}** — scale `{scale_name}`: {scale.description}.', '',
           '| ' + ' | '.join(header) + ' |', '|' + '|'.join(' --- ' for _ in header) + '|']
     md += ['| ' + ' | '.join(c) + ' |' for c in lines] + ([''] + notes if notes else [])

@@ -18,7 +18,7 @@ except ImportError:  # Windows: runs go unlocked, with a warning
     fcntl = None
 
 from dataset import DATA_FILES, load_meta, resolve_dataset
-from fileio import PrepareError, atomic_write, check_output, remove_temporaries
+from fileio import MARK, PrepareError, atomic_write, check_output, remove_temporaries, written_by
 from model import GPT, GPTConfig, load_hf
 from tokenizer import load_tokenizer, tokenizer_mismatch
 from train_config import DEFAULTS, PUBLIC_MODEL_KEYS, RESUME_IGNORED, RESUME_MUST_MATCH, TrainingError
@@ -32,6 +32,10 @@ def check_out_dir(out_dir):
         check_output(out_dir, '--out_dir', folder=True)
     except ValueError as e:
         raise TrainingError(str(e)) from None
+    other = written_by(out_dir)
+    if other not in (None, 'train.py'):    # e.g. an export_hf.py folder: config.json there is the model's, not ours
+        raise TrainingError(f"--out_dir {out_dir} is an output of {other} (its {MARK} says so): a run there would "
+                            f"replace its files; choose another --out_dir")
 
 
 def lock_out_dir(out_dir):

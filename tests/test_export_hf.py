@@ -245,17 +245,23 @@ def test_force_replaces_only_the_files_its_mark_lists_unchanged(tmp_path, capsys
     for line in mark[1:]:   # the sha256 of each file as it is
         sha, name = line.split('  ', 1)
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == sha
-    # train.py writes into the export: its config.json over the export's, ckpt.pt, best.pt, log.jsonl
+    # train.py refuses the export as its out_dir (it wrote its config.json over the export's, silently): one line,
+    # nothing written
     from conftest import write_dataset
     from test_train import config
     import train
     data = write_dataset(str(tmp_path / 'data'), vocab_size=256, n_train=4000, n_val=1000)
-    train.train(config(data, str(out), '--max_iters=2', '--eval_interval=2'))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(train.TrainingError, match=r'is an output of export_hf.py .*choose another --out_dir'):
+        train.train(config(data, str(out), '--max_iters=2', '--eval_interval=2'))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # a listed file rewritten since (by hand, another program): --force replaces nothing
+    (out / 'config.json').write_text('{"edited": true}')
+    (out / 'ckpt.pt').write_bytes(b'a run of mine')
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     message = one_line_error(['--ckpt', first, '--out', str(out), '--force'])
     assert 'exists and holds config.json, changed since export_hf.py wrote it' in message, message
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert {'ckpt.pt', 'best.pt', 'log.jsonl', 'README.md'} <= set(before)
     assert sorted(os.listdir(tmp_path)) == ['a.pt', 'b.pt', 'data', 'hf']   # no temporary folder left either
     capsys.readouterr()
 
