@@ -351,7 +351,7 @@ def check_output(path, option, folder=False, inputs=(), replace=None, make=False
     is an earlier output of PROGRAM whose files may be replaced (own_files: empty, or carrying PROGRAM's mark, its
     files unchanged): nothing of a user's is replaced. make=True creates the folder (folder=True) or the folder the
     file goes into, parents included. Returns path."""
-    if not path:
+    if not path or not path.strip():     # '' or '  ': an unset shell variable, never a folder meant
         raise ValueError(f"{option} is an empty path (an unset shell variable?); give a "
                          f"{'folder' if folder else 'file'}")
     shown = path if len(path) <= 400 else f"{path[:300]}...{path[-60:]}"   # only an absurd path is cut

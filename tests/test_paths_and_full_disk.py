@@ -143,6 +143,7 @@ def test_check_output_refuses_each_path_a_command_cannot_write_and_accepts_the_o
         (f'{t}/link/x', False, (f'{t}/dir/x',), None, 'is the input'),           # through a link
         (f'{t}/dir/../dir/x', False, (f'{t}/link/x',), None, 'is the input'),    # through '..' and a link
         ('', False, (), None, 'is an empty path'),
+        ('  ', True, (), None, 'is an empty path'),                               # blanks: unset too
         (f'{t}/{"n" * 300}/out.json', False, (), None, 'is 300 bytes, longer than this filesystem allows'),
         (f'{t}/{"n" * 250}.json', False, (), None, 'less 13 for the temporary name'),
         (f'{t}/ro/out.json', False, (), None, f'cannot write to {t}/ro'),
