@@ -199,32 +199,37 @@ GOAL_RATIO = 5.0      # vanilla's quantisation penalty at least this many times 
 GOAL_FLOOR = 0.01     # PPL: a penalty below this counts as this much (a ratio to ~0 means nothing)
 
 
+def _get(d, *keys):
+    """d[keys[0]][keys[1]]... when it is a finite number, else None (missing: a hand-edited or truncated file says
+    nothing)."""
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) else None
+
+
+def _crit(name, value, test):
+    """One goal criterion: (name, value, ok), ok None where the value is missing."""
+    return (name, value, None if value is None else bool(test(value)))
+
+
 def check_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
     """Whether the vanilla and softmax-1 + OrthoAdam rows meet the sink goal. vanilla, s1oa: analyze.py --json
     results (ppl, kurtosis_first, kurtosis_rest, first_attn_argmax); *_quant: eval_quant.py's model entry (its
     'delta' per scheme), or None to leave the quantisation criteria out. Returns [(criterion, value, ok)] with ok
     None where a value is missing."""
-    def get(d, *keys):   # a finite number, else None (missing: a hand-edited or truncated file says nothing)
-        for k in keys:
-            d = d.get(k) if isinstance(d, dict) else None
-        return d if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) else None
-
-    def crit(name, value, test):
-        return (name, value, None if value is None else bool(test(value)))
-
-    out = [crit('vanilla first_attn_argmax >= 0.30', get(vanilla, 'first_attn_argmax'), lambda v: v >= 0.30),
-           crit('vanilla E_m kurtosis first >= 50', get(vanilla, 'kurtosis_first'), lambda v: v >= 50),
-           crit('s1+OA first_attn_argmax <= 0.05', get(s1oa, 'first_attn_argmax'), lambda v: v <= 0.05)]
-    k = [get(s1oa, 'kurtosis_first'), get(s1oa, 'kurtosis_rest')]
-    out.append(crit('s1+OA E_m kurtosis first and rest <= 5', None if None in k else max(k), lambda v: v <= 5))
-    pv, ps = (p if p is not None and p >= 1 else None for p in (get(vanilla, 'ppl'), get(s1oa, 'ppl')))  # ppl >= 1
-    out.append(crit('s1+OA PPL within 2% of vanilla (ratio)', None if None in (pv, ps) else ps / pv,
-                    lambda v: v <= 1.02))
+    out = [_crit('vanilla first_attn_argmax >= 0.30', _get(vanilla, 'first_attn_argmax'), lambda v: v >= 0.30),
+           _crit('vanilla E_m kurtosis first >= 50', _get(vanilla, 'kurtosis_first'), lambda v: v >= 50),
+           _crit('s1+OA first_attn_argmax <= 0.05', _get(s1oa, 'first_attn_argmax'), lambda v: v <= 0.05)]
+    k = [_get(s1oa, 'kurtosis_first'), _get(s1oa, 'kurtosis_rest')]
+    out.append(_crit('s1+OA E_m kurtosis first and rest <= 5', None if None in k else max(k), lambda v: v <= 5))
+    pv, ps = (p if p is not None and p >= 1 else None for p in (_get(vanilla, 'ppl'), _get(s1oa, 'ppl')))  # ppl >= 1
+    out.append(_crit('s1+OA PPL within 2% of vanilla (ratio)', None if None in (pv, ps) else ps / pv,
+                     lambda v: v <= 1.02))
     if vanilla_quant is not None or s1oa_quant is not None:
         for scheme in ('coarse', 'zeropoint4'):   # per-tensor absmax W8A8, and 4-bit zeropoint weights
-            dv, ds = get(vanilla_quant, 'delta', scheme), get(s1oa_quant, 'delta', scheme)
+            dv, ds = _get(vanilla_quant, 'delta', scheme), _get(s1oa_quant, 'delta', scheme)
             ratio = None if None in (dv, ds) else dv / max(ds, GOAL_FLOOR)
-            out.append(crit(f'{scheme} dPPL vanilla / s1+OA >= {GOAL_RATIO:g}', ratio, lambda v: v >= GOAL_RATIO))
+            out.append(_crit(f'{scheme} dPPL vanilla / s1+OA >= {GOAL_RATIO:g}', ratio, lambda v: v >= GOAL_RATIO))
     return out
 
 
@@ -233,28 +238,21 @@ def check_laptop_goal(vanilla, s1oa, vanilla_quant=None, s1oa_quant=None):
     mass, a residual-state peak in some layer, outlier kurtosis on the first token), softmax-1 + OrthoAdam without
     them at the same perplexity, and (with eval_quant.py's results) vanilla's per-tensor W8A8 penalty at least
     GOAL_RATIO times softmax-1 + OrthoAdam's."""
-    def get(d, key):
-        v = d.get(key) if isinstance(d, dict) else None
-        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-    def crit(name, value, test):
-        return (name, value, None if value is None else bool(test(value)))
-
-    out = [crit('vanilla first_attn_argmax >= 0.5', get(vanilla, 'first_attn_argmax'), lambda v: v >= 0.5),
-           crit('vanilla first_attn_mass >= 0.3', get(vanilla, 'first_attn_mass'), lambda v: v >= 0.3),
-           crit('vanilla resid_peak >= 5 (max over layers)', get(vanilla, 'resid_peak'), lambda v: v >= 5),
-           crit('vanilla E_m kurtosis first >= 20', get(vanilla, 'kurtosis_first'), lambda v: v >= 20),
-           crit('s1+OA first_attn_mass <= 0.05', get(s1oa, 'first_attn_mass'), lambda v: v <= 0.05),
-           crit('s1+OA resid_peak <= 1.5', get(s1oa, 'resid_peak'), lambda v: v <= 1.5),
-           crit('s1+OA E_m kurtosis first <= 5', get(s1oa, 'kurtosis_first'), lambda v: v <= 5)]
-    pv, ps = (p if p is not None and p >= 1 else None for p in (get(vanilla, 'ppl'), get(s1oa, 'ppl')))
-    out.append(crit('s1+OA PPL within 2% of vanilla (ratio)', None if None in (pv, ps) else ps / pv,
-                    lambda v: v <= 1.02))
+    out = [_crit('vanilla first_attn_argmax >= 0.5', _get(vanilla, 'first_attn_argmax'), lambda v: v >= 0.5),
+           _crit('vanilla first_attn_mass >= 0.3', _get(vanilla, 'first_attn_mass'), lambda v: v >= 0.3),
+           _crit('vanilla resid_peak >= 5 (max over layers)', _get(vanilla, 'resid_peak'), lambda v: v >= 5),
+           _crit('vanilla E_m kurtosis first >= 20', _get(vanilla, 'kurtosis_first'), lambda v: v >= 20),
+           _crit('s1+OA first_attn_mass <= 0.05', _get(s1oa, 'first_attn_mass'), lambda v: v <= 0.05),
+           _crit('s1+OA resid_peak <= 1.5', _get(s1oa, 'resid_peak'), lambda v: v <= 1.5),
+           _crit('s1+OA E_m kurtosis first <= 5', _get(s1oa, 'kurtosis_first'), lambda v: v <= 5)]
+    pv, ps = (p if p is not None and p >= 1 else None for p in (_get(vanilla, 'ppl'), _get(s1oa, 'ppl')))
+    out.append(_crit('s1+OA PPL within 2% of vanilla (ratio)', None if None in (pv, ps) else ps / pv,
+                     lambda v: v <= 1.02))
     if vanilla_quant is not None or s1oa_quant is not None:
         dv, ds = ((q or {}).get('delta', {}).get('coarse') for q in (vanilla_quant, s1oa_quant))
         dv, ds = (d if isinstance(d, (int, float)) and math.isfinite(d) else None for d in (dv, ds))
-        out.append(crit(f'coarse (per-tensor W8A8) dPPL vanilla / s1+OA >= {GOAL_RATIO:g}',
-                        None if None in (dv, ds) else dv / max(ds, GOAL_FLOOR), lambda v: v >= GOAL_RATIO))
+        out.append(_crit(f'coarse (per-tensor W8A8) dPPL vanilla / s1+OA >= {GOAL_RATIO:g}',
+                         None if None in (dv, ds) else dv / max(ds, GOAL_FLOOR), lambda v: v >= GOAL_RATIO))
     return out
 
 
