@@ -93,8 +93,10 @@ def main():
                    help='one folder of analyze.py --plots figures per row (default: docs/figures/smollm2)')
     p.add_argument('--out', default=os.path.join(HERE, 'figures', 'front.png'), help='the PNG to write')
     args = p.parse_args()
+    inputs = [os.path.join(f, name) for f in args.folders
+              for name in ('hidden_states.png', 'attention_map.png', 'attention_layers.png')]
     try:
-        check_output(args.out, '--out', make=True)
+        check_output(args.out, '--out', inputs=inputs, make=True)
     except ValueError as e:
         sys.exit(f"front_figure.py: error: {e}")
     rows = [row(f) for f in args.folders]

@@ -845,3 +845,9 @@ def test_the_readme_figure_takes_the_hidden_states_and_the_mean_attention_panel(
     assert abs((layers.shape[1] - width) - (panels - 1) * (lefts[2] - lefts[1])) <= 8
     r = subprocess.run([sys.executable, script, str(tmp_path / 'nothing')], capture_output=True, text=True)
     assert r.returncode != 0 and r.stderr.count('\n') == 1 and 'has no hidden_states.png' in r.stderr
+    for name in ('hidden_states.png', 'attention_layers.png'):      # --out on an input: refused, the input unchanged
+        before = (folder / name).read_bytes()
+        r = subprocess.run([sys.executable, script, str(folder), '--out', str(folder / '.' / name)],
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and r.stderr.count('\n') == 1 and 'is the input' in r.stderr, r.stderr
+        assert (folder / name).read_bytes() == before
