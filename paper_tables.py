@@ -35,7 +35,8 @@ LAPTOP_PILOTS = (('p01_bytes', 'the base at 1,500 steps: bytes, BOS at 0, T 256,
                  ('p04_ctx512', 'context 512 (8 x 512 tokens a step) instead of 256, 900 steps'),
                  ('p05_constlr', 'a constant LR of 2e-3 instead of the cosine decay to 2e-4, 900 steps'),
                  ('p06_random', 'windows cut anywhere (an arbitrary byte at position 0) instead of at document starts, 900 steps'),
-                 ('p07_archive', "the archive subset's 44,932 document starts instead of the CPU subset's 4,724, 900 steps"))
+                 ('p07_archive', "the archive subset's 44,932 document starts instead of the CPU subset's 4,724, 900 steps"),
+                 ('p08_archive1800', 'p07 for 1,800 steps (the cosine stretched to match)'))
 T2 = ('ppl', 'kurtosis_first', 'kurtosis_rest', 'max_abs_first', 'max_abs_rest', 'first_attn_argmax')
 Q = [('full', 'quant', 'ppl.full', '.2f', True)] + [
     (name, 'quant', f'{part}.{scheme}', '.2f', True)
