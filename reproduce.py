@@ -186,8 +186,9 @@ def scale_dataset(scale: Scale):
 
 def ensure_data(runs):
     """Check every dataset the runs read; the ones a scale names by default are prepared when missing (seconds to a
-    minute): the Bigram-Backcopy tasks, the bytes of the pinned corpus's CPU subset, and its archive subset (from
-    corpus-archive.jsonl.xz in data/ or the working directory, else from its registry artifacts)."""
+    minute): the Bigram-Backcopy tasks, the bytes of the pinned corpus's CPU subset, and its archive subset in GPT-2
+    tokens or in bytes (from corpus-archive.jsonl.xz in data/ or the working directory, else from its registry
+    artifacts)."""
     for dataset in dict.fromkeys(r.cfg['dataset'] for r in runs):
         d = data_dir(dataset)
         try:
@@ -195,12 +196,14 @@ def ensure_data(runs):
             continue
         except ValueError as e:
             problem = str(e)
-        archive = find_archive() if dataset == 'pinned_archive' else None
+        archive = find_archive() if dataset in ('pinned_archive', 'pinned_archive_bytes') else None
+        from_archive = f' --corpus_archive {archive}' if archive else ''
         how = {'bigram_backcopy': ('bigram_backcopy', lambda: prepare_bigram_backcopy(d)),
                'bb_shakespeare': ('bb_shakespeare', lambda: prepare_bb_shakespeare(d)),
                'pinned_cpu_bytes': ('pinned --tokenizer bytes', lambda: prepare_pinned(d, 'cpu', tokenizer='bytes')),
-               'pinned_archive': ('pinned --subset archive' + (f' --corpus_archive {archive}' if archive else ''),
-                                  lambda: prepare_pinned(d, 'archive', archive))}.get(dataset)
+               'pinned_archive': ('pinned --subset archive' + from_archive, lambda: prepare_pinned(d, 'archive', archive)),
+               'pinned_archive_bytes': ('pinned --subset archive --tokenizer bytes' + from_archive,
+                                        lambda: prepare_pinned(d, 'archive', archive, tokenizer='bytes'))}.get(dataset)
         if not os.path.exists(os.path.join(d, 'meta.json')) and how:
             print(f"preparing {d} (python prepare_c4.py --source {how[0]} --out_dir {d})", file=sys.stderr)
             try:

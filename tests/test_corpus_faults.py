@@ -4,9 +4,13 @@ cut short, an archive that cannot be built. Each is one line naming what was wro
 the user had as it was."""
 import errno
 import json
+import lzma
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
 
 import pytest
 
@@ -198,6 +202,16 @@ def test_prepare_of_the_archive_subset_reads_the_archive_in_data(tmp_path, pinne
     prepare_c4.main(command.split() + ["--num_proc", "1"])
     meta = dataset.load_meta("data/pinned_archive")
     assert meta["splits"]["train"]["sha256"] == pinned["subsets"]["archive"]["splits"]["train"]["sha256"]
+    # reproduce.py prepares the same archive in bytes for the laptop pilots that read it: each train document's UTF-8
+    # bytes, each followed by one end-of-text token (256)
+    import reproduce
+    monkeypatch.setattr(reproduce, "ROOT", str(tmp_path / "w"))
+    reproduce.ensure_data([SimpleNamespace(cfg={"dataset": "pinned_archive_bytes"})])
+    meta = dataset.load_meta("data/pinned_archive_bytes")
+    with lzma.open(Path("data") / pinned_corpus.ARCHIVE_FILE, "rt", encoding="utf-8") as f:
+        train = [d["text"].encode() for d in map(json.loads, f) if d["split"] == "train"]
+    tokens = np.fromfile("data/pinned_archive_bytes/train.bin", dtype=meta["dtype"])
+    assert meta["tokenizer"] == "bytes" and tokens.tolist() == [t for d in train for t in [*d, 256]]
     os.remove(Path("data") / pinned_corpus.ARCHIVE_FILE)   # without it: one line saying where to put it
     capsys.readouterr()
     code, err = prepare(["--subset", "archive", "--out_dir", "data/other"], capsys)
