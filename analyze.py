@@ -93,7 +93,7 @@ created before any model runs):
   per_layer {each metric above except ppl and the correlations: a list of M floats, layer 1 first},
   per_head {first_attn_argmax, first_attn_mass, attn_nowhere, attn_empty, attn_row_sum, sink_rate, value_norm_first,
   value_drain (and first_attn_mass_nontrigger, sink_attn_*): M lists of H floats}.
-  provenance (provenance.py: git commit, corpus manifest sha256, versions, device).
+  provenance (harness/provenance.py: git commit, corpus manifest sha256, versions, device).
   max_abs is in the units of the hidden state; a NaN is written as null; model and data.dir are relative to the
   working directory (no absolute path).
 
@@ -110,14 +110,14 @@ import argparse
 import os
 import sys
 
-import provenance
-from devices import choose_device
-from fileio import check_output, path_arg, write_json
-from measure import SINK_EPS, analyze, choose_bos, data_or_hint, default_batch_size, optimizer_basis
-from plots import (plot_attention_layers, plot_attention_maps, plot_hidden_layers, plot_hidden_states,
-                   plot_layer_progression, plot_optimizer_basis, plot_training_curves, plot_trajectories)
-from runs import check_ckpt, load_model, make_folder, read_paths
-from tables import json_safe, load_results, markdown_table, run_label, table_rows, text_table, unique_labels
+from harness import provenance
+from harness.devices import choose_device
+from harness.fileio import check_output, path_arg, write_json
+from harness.measure import SINK_EPS, analyze, choose_bos, data_or_hint, default_batch_size, optimizer_basis
+from harness.plots import (plot_attention_layers, plot_attention_maps, plot_hidden_layers, plot_hidden_states,
+                           plot_layer_progression, plot_optimizer_basis, plot_training_curves, plot_trajectories)
+from harness.runs import check_ckpt, load_model, make_folder, read_paths
+from harness.tables import json_safe, load_results, markdown_table, run_label, table_rows, text_table, unique_labels
 
 
 def main(argv=None):

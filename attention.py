@@ -7,7 +7,7 @@
 Variants (GPTConfig.attn, GPTConfig.attn_bias):
   softmax    F.scaled_dot_product_attention (flash, memory-efficient or cuDNN on CUDA; flash on CPU).
   softmax1   exp(s_i) / (1 + sum_j exp(s_j)) (the paper): softmax over the real keys plus one more key of
-             logit 0 and value 0, seen by every query. CUDA: flash_sink.py's Triton kernel, where the sink is
+             logit 0 and value 0, seen by every query. CUDA: kernels/flash_sink.py's Triton kernel, where the sink is
              the starting point of the online softmax (one fused kernel, forward and backward); CPU, and CUDA
              where that kernel cannot run (one warning line): the sink route below.
   attn_bias  a learnt key k' and value v' per head, seen by every query (Sun et al., 2024): one more key of
@@ -113,7 +113,7 @@ def flash_sink_kernel(q, k, v):
     """(flash_sink module, None) when its Triton kernel can run this CUDA call, else (None, the reason). Imported
     on first use: Triton takes about a second to import, which CPU runs need not pay."""
     try:
-        import flash_sink
+        from kernels import flash_sink
     except ImportError as e:   # a CUDA build of torch ships Triton; a custom build may not
         return None, f"cannot import Triton: {e}"
     reason = flash_sink.supported(q, k, v)

@@ -4,26 +4,26 @@
     python bench.py --quick                  # small shapes, under a minute on a laptop CPU (CI smoke run)
     python bench.py --sections attn,optim --json out/bench.json
     python bench.py --device cpu --compile   # CPU with torch.compile for the training step
-    python bench.py --sections tune          # CUDA: time every tile shape of flash_sink.py's Triton kernel
+    python bench.py --sections tune          # CUDA: time every tile shape of kernels/flash_sink.py's Triton kernel
 
 Sections:
   attn   attention forward+backward, (B, H, T, d=64), as the model calls it (q, k, v views of c_attn's output):
          softmax SDPA (the baseline); softmax-1 and the attention bias as the training path runs them (CUDA:
-         flash_sink.py's Triton kernel; CPU: the SDPA sink route); softmax-1 by the SDPA sink route (CUDA's
+         kernels/flash_sink.py's Triton kernel; CPU: the SDPA sink route); softmax-1 by the SDPA sink route (CUDA's
          fallback); through an extra zero key (the route dropout takes); eager (the T x T matrix). CUDA times
          are GPU time: each variant's calls are captured in a CUDA graph and its replays timed with events.
   optim  one optimizer step with every gradient set, on the parameter shapes of GPT-2 130M and 350M
          on CUDA (CPU: 'small' and 130M, --quick: 'tiny' and 'small'; train.py's parameter groups): torch's
          fused AdamW (the baseline of every ratio; train.py's AdamW) and its foreach variant vs OrthoAdam
          with rotation 'hadamard' (axes 'residual', train.py's default, and 'all'; on CUDA also the default
-         with orthoadam_kernel.py's fused step turned off, 'stacked') and 'haar' where affordable; time and
+         with kernels/orthoadam.py's fused step turned off, 'stacked') and 'haar' where affordable; time and
          optimizer-state bytes (moments plus rotation factors);
   train  a full training step (CUDA: 60M and 130M at T = 256, the paper's 512 x 256 tokens per step with the
          configs' micro-batches; CPU: a small config): --grad_accum micro-batches (forward, backward) then
          grad clip and the optimizer, as train.py runs it, compiled on CUDA; vanilla (softmax + AdamW) vs
          softmax-1 + OrthoAdam; tokens/s, MFU (train.py's PEAK_FLOPS, CUDA only), peak memory (CUDA: max
          allocated) or, on CPU, parameters + gradients + optimizer state.
-  tune   (CUDA, not in the default sections) every tile shape of flash_sink.py's candidates on each attention
+  tune   (CUDA, not in the default sections) every tile shape of kernels/flash_sink.py's candidates on each attention
          shape: the numbers behind flash_sink.blocks().
 
 Timing: the variants of one measurement are timed in turn, one call each per round, for --repeats rounds
@@ -54,13 +54,13 @@ import time
 import torch
 
 from attention import attention, attention_probs, extra_key_attention, sink_route
+from harness.bench_report import attn_key, derive, report, spread, unreliable
+from harness.devices import peak_flops
+from harness.fileio import check_output, disk_full, disk_full_text, path_arg, write_json
+from harness.optimizers import configure_optimizer
+from harness.train_config import DEFAULTS
 from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
-from devices import peak_flops
-from bench_report import attn_key, derive, report, spread, unreliable
-from fileio import check_output, disk_full, disk_full_text, path_arg, write_json
-from optimizers import configure_optimizer
-from train_config import DEFAULTS
 
 SECTIONS = ('attn', 'optim', 'train', 'tune')
 GPT2 = {  # the paper's GPT-2 shapes (config/gpt2_130m.py, config/gpt2_350m.py) and small CPU stand-ins
@@ -223,7 +223,7 @@ def bench_attention(device, dtype, shapes, repeats, warmup, inner=10, best_of=1)
 def bench_tune(device, shapes, repeats, warmup, inner=10):
     """Every tile shape of flash_sink's candidates on each shape: the forward alone, then forward + backward with
     the best forward; the rows say which to put in flash_sink.blocks()."""
-    import flash_sink
+    from kernels import flash_sink
     rows = []
     for B, H, T, d in shapes + [(64, 8, 256, 64), (32, 12, 256, 64)]:   # + the 60M and 130M configs' micro-batches
         x, dy, _ = attention_inputs(B, H, T, d, device, torch.bfloat16)
@@ -411,7 +411,7 @@ def plan(device, quick):
     def optim_variants(size):
         v = [('adamw', None, None), ('adamw_foreach', None, None), ('orthoadam', 'hadamard', 'residual'),
              ('orthoadam', 'hadamard', 'all')]
-        if cuda:   # the default without orthoadam_kernel.py's fused step: the stacked-matmul path
+        if cuda:   # the default without kernels/orthoadam.py's fused step: the stacked-matmul path
             v.insert(3, ('orthoadam_stacked', 'hadamard', 'residual'))
         v.append(('orthoadam', 'haar', 'residual'))       # n x n factors on n_embd axes only
         if size in ('tiny', 'small') or (cuda and size == '130m'):

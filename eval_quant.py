@@ -49,7 +49,7 @@ Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdo
 spec), "label", "kind" ("ours" | "hf"), "config" (as analyze.py: model_args or HF config, n_params, optimizer,
 ...), "quantised_layers": [module names], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
 "seconds": {"full", <scheme>}, "data": {"dir", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
-"predicted_tokens", "block_size", "batch_size", "bos"}}], "provenance": provenance.py's record}; paths are
+"predicted_tokens", "block_size", "batch_size", "bos"}}], "provenance": harness/provenance.py's record}; paths are
 relative to the working directory (no absolute path); a perplexity that is not finite is null. It is
 rewritten after each model; its folder is created before the first model runs. --table reads such files and
 prints one Markdown table, a row per model.
@@ -65,12 +65,8 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-import devices
-import measure
-import provenance
-import runs
-import tables
-from fileio import check_output, model_label, path_arg, portable_path, write_json
+from harness import devices, measure, provenance, runs, tables
+from harness.fileio import check_output, model_label, path_arg, portable_path, write_json
 
 PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
 

@@ -44,11 +44,11 @@ import sys
 
 import torch
 
-import runs
-from fileio import (MARK, PrepareError, atomic_write, check_output, disk_full, disk_full_text, mark_folder,
-                    own_files, path_arg, remove_temporaries, temporary_folder)
-from tokenizer import (EOT_TEXT, GPT2_PAT, gpt2_ranks_file, load_tokenizer, read_tiktoken_ranks, tokenizer_mismatch,
-                       transformers_tokenizer)
+from harness import runs
+from harness.fileio import (MARK, PrepareError, atomic_write, check_output, disk_full, disk_full_text, mark_folder,
+                            own_files, path_arg, remove_temporaries, temporary_folder)
+from harness.tokenizer import (EOT_TEXT, GPT2_PAT, gpt2_ranks_file, load_tokenizer, read_tiktoken_ranks,
+                               tokenizer_mismatch, transformers_tokenizer)
 
 PROGRAM = 'export_hf.py'   # the name its folders' .written-by holds
 TOLERANCE = 1e-4     # largest |logit difference| accepted between the export and the checkpoint (fp32)

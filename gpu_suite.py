@@ -11,7 +11,7 @@ Parts (each a subprocess with its own log; --timeout, default 300 s, bounds each
 it; a part stopped there keeps what it saved; a failed part is reported, the others still run):
   env    GPU, driver, torch / CUDA / cuDNN versions, SDPA backends enabled (always written)
   tests  python -m pytest -m gpu tests (8 workers with pytest-xdist): softmax-1 and the attention bias in
-         flash_sink.py's Triton kernel and on every SDPA kernel vs the formula, compiled vs eager, every model
+         kernels/flash_sink.py's Triton kernel and on every SDPA kernel vs the formula, compiled vs eager, every model
          toggle with compile + bf16 vs fp32 eager, OrthoAdam's CUDA paths vs the dense reference, resume
          exactness on the device, torchrun DDP on NCCL (tests/test_gpu.py, and the CPU tests that also run on
          CUDA)
@@ -45,9 +45,9 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-import bench_report
-from fileio import atomic_write, check_output, path_arg, write_json
-from pinned_corpus import ARCHIVE_FILE, find_archive
+from harness import bench_report
+from harness.fileio import atomic_write, check_output, path_arg, write_json
+from pinned_corpus.build import ARCHIVE_FILE, find_archive
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PARTS = ('tests', 'bench', 'bench_train', 'train')
@@ -132,7 +132,7 @@ def merge_bench(parts):
 def train_part(args, out):
     """Train the four 60M variants with equal budgets, then analyze each; train.json is rewritten after each
     variant (a part stopped at its limit keeps the rows it finished). Returns train.json's content."""
-    from runs import read_log
+    from harness.runs import read_log
     deadline = time.time() + args.timeout   # the part's limit, shared by its subprocesses
 
     def left():

@@ -52,12 +52,9 @@ from contextlib import contextmanager
 
 import torch
 
-import devices
-import measure
-import runs
-import tables
+from harness import devices, measure, runs, tables
+from harness.fileio import check_output, model_label, path_arg, write_json
 from model import GPT
-from fileio import check_output, model_label, path_arg, write_json
 
 INTERVENTIONS = ('none', 'zero', 'mean', 'zero_random', 'mask_first_key')
 MASSIVE_ABS, MASSIVE_RATIO = 100.0, 1000.0     # Sun et al.'s bar: |x| > 100 and > 1000 x the median |x|

@@ -37,12 +37,10 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import devices
-import measure
-import runs
-from dataset import iter_documents
-from fileio import PrepareError, Progress, check_output, model_label, number, path_arg, write_json
-from tokenizer import load_tokenizer, tokenizer_mismatch
+from harness import devices, measure, runs
+from harness.dataset import iter_documents
+from harness.fileio import PrepareError, Progress, check_output, model_label, number, path_arg, write_json
+from harness.tokenizer import load_tokenizer, tokenizer_mismatch
 
 
 def prefix_token(lm, eot):

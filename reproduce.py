@@ -15,7 +15,7 @@ config file in config/<table>/ (shared settings live in the files they include);
 numbers sit in paper_tables.TABLES and are printed beside ours.
 
 Scales: `paper` runs the config files as written (C4, GPUs). `gpu` trains every row with the sink recipe
-(recipe.py) at a size whose row fits one 15-minute H100 session (SCALES['gpu'] says how; the data,
+(harness/recipe.py) at a size whose row fits one 15-minute H100 session (SCALES['gpu'] says how; the data,
 tokens per run and expected wall time are printed before anything runs). `mini` and `smoke` shrink every row the
 same way, keeping each row's differences: n_layer and the number of heads are multiplied by `depth`
 and `width` (head size kept), block_size by `seq`, and a row trains `iters` iterations times its
@@ -46,17 +46,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
-from pinned_corpus import CorpusError, find_archive
-from dataset import load_meta, prepare_bb_shakespeare, prepare_bigram_backcopy, prepare_pinned, resolve_dataset
-from fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
-from paper_tables import TABLES
-from recipe import check_goal, check_laptop_goal, goal_text, pack_runs, run_state, stopped_by
-from scales import SCALES, Scale, scaled_overrides
+from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
+from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
+from harness.paper_tables import TABLES
+from harness.recipe import check_goal, check_laptop_goal, goal_text, pack_runs, run_state, stopped_by
+from harness.scales import SCALES, Scale, scaled_overrides
+from pinned_corpus.build import CorpusError, find_archive
+from pinned_corpus.prepare import prepare_bb_shakespeare, prepare_pinned
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-# ----------------------------------------------------------------------------- scales (scales.py)
+# ----------------------------------------------------------------------------- scales (harness/scales.py)
 # keys that do not change what a run computes (its weights): runs equal in everything else are one run
 NOT_IDENTITY = ('out_dir', 'init_from', 'eval_only', 'log_interval', 'eval_interval', 'probe_docs', 'probe_interval',
                 'always_save_checkpoint', 'divergence_factor', 'wandb_log', 'wandb_project', 'wandb_run_name',
@@ -94,7 +95,7 @@ class Run:
 
 def resolve(config, overrides):
     """The training config train.py would use for config/<config>.py and the overrides."""
-    from train_config import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
+    from harness.train_config import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
     path = os.path.join(ROOT, 'config', f'{config}.py')
     try:
         return load_config(DEFAULTS, [path] + overrides, CHOICES, RANGES)
@@ -110,7 +111,7 @@ def saved_identity(identity):
     """A run's saved identity with the config keys added to train.py since then at their defaults (which
     reproduce what the run did) and without the keys NOT_IDENTITY gained since (eval_interval), so that older
     runs still match."""
-    from train_config import DEFAULTS
+    from harness.train_config import DEFAULTS
     added = {k: v for k, v in DEFAULTS.items() if k not in identity and k not in NOT_IDENTITY}
     kept = {k: v for k, v in identity.items() if k not in NOT_IDENTITY}
     return json.loads(json.dumps({**added, **kept}, default=str))
@@ -224,7 +225,7 @@ def expected_seconds(run):
     import torch
     from attention import EAGER
     from model import GPT, GPTConfig
-    from train_config import MODEL_KEYS
+    from harness.train_config import MODEL_KEYS
     vocab = load_meta(data_dir(run.cfg['dataset']))['vocab_size']
     with torch.device('meta'):
         model = GPT(GPTConfig(**{k: run.cfg[k] for k in MODEL_KEYS} | {'vocab_size': vocab}))
@@ -502,7 +503,7 @@ def render(name, runs, scale_name, scale: Scale, out='.'):
 def draw_trajectories(name, runs, out):
     """<out>/<name>_trajectories.png: the probes that train.py logged at the evaluations of the table's runs, one
     line per run in the table's row order (plots.plot_trajectories); None when no run has a probe yet."""
-    import plots   # torch and matplotlib: only when drawing
+    from harness import plots   # torch and matplotlib: only when drawing
     ordered = []
     for row in TABLES[name].rows:
         run = next((r for r in runs for t, rr in r.rows if t == name and rr is row), None)
@@ -516,7 +517,7 @@ def draw_trajectories(name, runs, out):
 def draw_bb_dynamics(runs, out):
     """<out>/bb_dynamics.png: the Bigram-Backcopy rows' probes at layer 0 against steps, beside Guo et al.'s released
     curves (docs/results/bb-guo-reference.json; plots.plot_bb_dynamics); None when no run has a probe yet."""
-    import plots
+    from harness import plots
     with open(os.path.join(ROOT, 'docs', 'results', 'bb-guo-reference.json')) as f:
         reference = json.load(f)['curves']
     logs = [(f"{row.labels[0]} L, {row.labels[1]} + {row.labels[2]}", os.path.join(run.cfg['out_dir'], 'log.jsonl'),

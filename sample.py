@@ -29,10 +29,10 @@ import time
 
 import torch
 
-from devices import choose_device
-from fileio import PrepareError, path_arg
-from runs import check_ckpt, load_gpt
-from tokenizer import load_tokenizer
+from harness.devices import choose_device
+from harness.fileio import PrepareError, path_arg
+from harness.runs import check_ckpt, load_gpt
+from harness.tokenizer import load_tokenizer
 
 
 def next_token(logits, temperature=1.0, top_k=0, generator=None):

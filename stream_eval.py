@@ -57,12 +57,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from devices import choose_device
-from fileio import PrepareError, check_output, model_label, path_arg, portable_path, read_json, write_json
-from measure import check_data, choose_bos, data_or_hint
-from plots import _pyplot, _save
-from runs import check_ckpt, load_gpt, read_paths
-from tables import json_safe, run_label, text_table
+from harness.devices import choose_device
+from harness.fileio import PrepareError, check_output, model_label, path_arg, portable_path, read_json, write_json
+from harness.measure import check_data, choose_bos, data_or_hint
+from harness.plots import _pyplot, _save
+from harness.runs import check_ckpt, load_gpt, read_paths
+from harness.tables import json_safe, run_label, text_table
 
 
 @torch.no_grad()

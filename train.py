@@ -9,7 +9,7 @@ ReLU, attention bias, sink token), with AdamW, OrthoAdam, RMSProp, SGD or Muon.
     python train.py --help                                    # every config key, its default and meaning
     python train.py config/finetune_smollm2.py                # init_from='hf:...': fine-tune a public model
 
-Every key of DEFAULTS (train_config.py, the config schema) can be set in a config file or as --key=value (see docs/training.md, "Config keys").
+Every key of DEFAULTS (harness/train_config.py, the config schema) can be set in a config file or as --key=value (see docs/training.md, "Config keys").
 Outputs in out_dir: ckpt.pt (latest checkpoint, what a resume continues), best.pt (lowest validation
 loss so far), ckpt_<iter>.pt (with save_every: a checkpoint kept every N iterations), config.json (resolved
 config), log.jsonl (one JSON event per line), .lock (held while a run uses the folder). SIGINT/SIGTERM write
@@ -32,20 +32,19 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import fsdp
-import measure
-import provenance
-from configurator import ConfigError, describe, load_config, save_config
-from devices import (agree, all_reduce, any_rank, device_problem, lost_peer, lost_peer_text, peak_flops, rank_share,
-                     report_error, setup_distributed, teardown)
-from fileio import disk_full, disk_full_text, duration
+from configurator import ConfigError, describe, load_config
+from harness import fsdp, measure, provenance
+from harness.devices import (agree, all_reduce, any_rank, device_problem, lost_peer, lost_peer_text, peak_flops,
+                             rank_share, report_error, setup_distributed, teardown)
+from harness.fileio import disk_full, disk_full_text, duration
+from harness.optimizers import configure_optimizer, get_lr, set_hyperparameters, set_lr
+from harness.runs import (LoadedModel, check_model_args, check_out_dir, check_resume, file_state, load_checkpoint,
+                          lock_out_dir, only_best, open_log, public_model, remove_leftovers, rng_state, save_checkpoint,
+                          save_config)
+from harness.tables import json_safe, ppl_text, probe_text
+from harness.train_config import CHOICES, DEFAULTS, HELP, INIT_FROM, MODEL_KEYS, RANGES, TrainingError
+from harness.train_data import check_tokens, data_identity, eval_windows, get_batch, memmap, open_data, verify_tokens
 from model import GPT, GPTConfig
-from optimizers import configure_optimizer, get_lr, set_hyperparameters, set_lr
-from runs import (LoadedModel, check_model_args, check_out_dir, check_resume, file_state, load_checkpoint, lock_out_dir,
-                  only_best, open_log, public_model, remove_leftovers, rng_state, save_checkpoint)
-from tables import json_safe, ppl_text, probe_text
-from train_config import CHOICES, DEFAULTS, HELP, INIT_FROM, MODEL_KEYS, RANGES, TrainingError
-from train_data import check_tokens, data_identity, eval_windows, get_batch, memmap, open_data, verify_tokens
 
 
 # --------------------------------------------------------------------- the run: config, data, model, optimizer, loop

@@ -16,7 +16,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from fileio import atomic_write, check_output, disk_full, disk_full_text  # noqa: E402
+from harness.fileio import atomic_write, check_output, disk_full, disk_full_text  # noqa: E402
 
 GAP = 24          # white pixels between panels and between rows
 

@@ -40,12 +40,13 @@ def timed_run(argv):
 def gpt2_130m():
     from configurator import load_config
     from model import GPT, GPTConfig
-    from prepare_c4 import load_meta
-    cfg = load_config(train.DEFAULTS, ['config/gpt2_130m.py', '--dataset=offline'], train.CHOICES, train.RANGES)
+    from harness.dataset import load_meta
+    from harness.train_config import CHOICES, DEFAULTS, MODEL_KEYS, RANGES
+    cfg = load_config(DEFAULTS, ['config/gpt2_130m.py', '--dataset=offline'], CHOICES, RANGES)
     cfg['vocab_size'] = 50304
     meta = load_meta('data/pinned_cpu')
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS}))
+    model = GPT(GPTConfig(**{k: cfg[k] for k in MODEL_KEYS}))
     for _ in range(2):   # the second of each is reported
         t = time.perf_counter()
         p = train.probe(model, cfg, meta, 'data/pinned_cpu/val.bin', None, 'cpu')

@@ -2,8 +2,9 @@
 (docs/public-models.md, "Speed"). Run from the repository root:
 
     OMP_NUM_THREADS=1 python docs/speed_public_model.py MODEL.gguf data/pinned_cpu_smollm2 200 [BATCH]
-    git show 4d41310:analyze.py > /tmp/old/analyze.py       # "before": the version that padded every batch
-    OMP_NUM_THREADS=1 PYTHONPATH=/tmp/old python docs/speed_public_model.py ... (imports that analyze.py first)
+
+(The "before" row of docs/public-models.md is commit 4d41310's analyze.py, which padded every batch: check that commit
+out and run this file as it was there.)
 
 Prints one JSON line per measurement: analysis (metrics + perplexity) and perplexity only (eval_quant's pass).
 """
@@ -13,12 +14,13 @@ import os
 import sys
 import time
 
-sys.path.append(os.getcwd())      # after PYTHONPATH, so that an older analyze.py there is the one imported
+sys.path.insert(0, os.getcwd())
 import torch  # noqa: E402
 
-import analyze  # noqa: E402
+from harness import measure  # noqa: E402
+from harness.dataset import iter_documents  # noqa: E402
+from harness.runs import wrap_hf  # noqa: E402
 from model import load_hf  # noqa: E402
-from prepare_c4 import iter_documents  # noqa: E402
 
 spec, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 batch = int(sys.argv[4]) if len(sys.argv) > 4 else 1
@@ -32,19 +34,19 @@ def report(name, seconds, ppl):
 
 def loop(analysis):
     """The plain loop: one document per forward pass, block outputs by hooks, the same metrics (Stats)."""
-    lm = analyze.wrap_hf(hf, spec)
+    lm = wrap_hf(hf, spec)
     stats, nll, count, t = None, 0.0, 0, time.time()
     with torch.no_grad():
         for doc in iter_documents(data, 'val', n):
             ids = torch.tensor([[lm.bos] + doc.tolist()])[:, :lm.block_size]
             hidden = []
             hooks = [b.register_forward_hook(lambda m, i, o: hidden.append(o[0] if isinstance(o, tuple) else o))
-                     for b in analyze.hf_blocks(hf)] if analysis else []
+                     for b in measure.hf_blocks(hf)] if analysis else []
             out = hf(ids, output_attentions=analysis, use_cache=False)
             for h in hooks:
                 h.remove()
             if analysis:
-                stats = stats or analyze.Stats(len(hidden), out.attentions[0].size(1))
+                stats = stats or measure.Stats(len(hidden), out.attentions[0].size(1))
                 stats.update(hidden, list(out.attentions), torch.ones_like(ids, dtype=torch.bool))
             nll += torch.nn.functional.cross_entropy(out.logits[0, :-1], ids[0, 1:], reduction='sum').item()
             count += ids.size(1) - 1
@@ -52,11 +54,11 @@ def loop(analysis):
 
 
 report('plain loop, analysis', *loop(True))
-lm = analyze.wrap_hf(hf, spec)
+lm = wrap_hf(hf, spec)
 t = time.time()
-result, _ = analyze.analyze(lm, data, n, batch, 'cpu')
+result, _ = measure.analyze(lm, data, n, batch, 'cpu')
 report(f'analyze.py, batch {batch}', time.time() - t, result['ppl'])
 report('plain loop, perplexity only', *loop(False))
 t = time.time()
-ppl = analyze.perplexity(lm, data, n, batch, 'cpu')
+ppl = measure.perplexity(lm, data, n, batch, 'cpu')
 report(f'eval_quant.py full-precision pass, batch {batch}', time.time() - t, ppl)

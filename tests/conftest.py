@@ -10,7 +10,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 if not __import__('torch').cuda.is_available():
-    # the Triton kernels (flash_sink.py, orthoadam_kernel.py) run in Triton's interpreter on the CPU; it must be
+    # the Triton kernels (kernels/flash_sink.py, kernels/orthoadam.py) run in Triton's interpreter on the CPU; it must be
     # chosen before they are defined, i.e. before either module is imported
     os.environ.setdefault('TRITON_INTERPRET', '1')
 
@@ -89,17 +89,17 @@ def bigram_data(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def gpt2_ranks_path(tmp_path_factory):
-    """GPT-2's BPE ranks file, got the way a user gets it: the local copy tokenizer.py finds ($GPT2_TIKTOKEN, the
-    corpus cache, tiktoken's cache), else the pinned openai-whisper sdist that pinned_corpus.gpt2_ranks fetches from PyPI
+    """GPT-2's BPE ranks file, got the way a user gets it: the local copy harness/tokenizer.py finds ($GPT2_TIKTOKEN, the
+    corpus cache, tiktoken's cache), else the pinned openai-whisper sdist that pinned.gpt2_ranks fetches from PyPI
     and sha256-checks, into a folder of this test run (once per run). Skips, saying why, when PyPI is unreachable."""
-    import pinned_corpus
-    from tokenizer import gpt2_ranks_file
+    from pinned_corpus import build as pinned
+    from harness.tokenizer import gpt2_ranks_file
     local = gpt2_ranks_file()
     if local is not None:
         return os.path.abspath(local)   # a test that changes its working directory still finds it
     try:
-        return str(pinned_corpus.gpt2_ranks(tmp_path_factory.mktemp('gpt2_ranks')))
-    except pinned_corpus.CorpusError as e:
+        return str(pinned.gpt2_ranks(tmp_path_factory.mktemp('gpt2_ranks')))
+    except pinned.CorpusError as e:
         if 'cannot download' in str(e):   # no network: what a user without it would see
             pytest.skip(f"needs GPT-2's BPE ranks, and PyPI is unreachable: {e}")
         raise

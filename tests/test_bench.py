@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import bench_report
+from harness import bench_report
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow   # bench.py run whole

@@ -11,9 +11,8 @@ import re
 import attention
 import eval_quant
 import model
-import optimizers
 import orthoadam
-import train_config
+from harness import optimizers, train_config
 from conftest import ROOT
 
 

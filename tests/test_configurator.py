@@ -6,9 +6,10 @@ import re
 import pytest
 import torch
 
-from configurator import ConfigError, load_config, save_config
+from configurator import ConfigError, load_config
+from harness import train_config
+from harness.runs import save_config
 from model import GPT, GPTConfig
-import train_config
 
 DEFAULTS = dict(learning_rate=1e-3, max_iters=100, optimizer='adamw', compile=True, betas=(0.9, 0.95), note=None)
 CHOICES = dict(optimizer=('adamw', 'orthoadam'))

@@ -1,8 +1,7 @@
-"""corpus_audit.py and corpus_clean.py's 13-grams on hand-made documents, each with the numbers worked out by hand."""
+"""pinned_corpus/audit.py and pinned_corpus/clean.py's 13-grams on hand-made documents, each with the numbers worked out by hand."""
 import numpy as np
 
-import corpus_audit
-import corpus_clean
+from pinned_corpus import audit as corpus_audit, clean as corpus_clean
 
 WORDS = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(26 * 26)]   # 676 distinct letter-only words
 

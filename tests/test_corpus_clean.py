@@ -1,11 +1,11 @@
-"""The pinned corpus's cleaning and split (corpus_clean.py) on hand-made documents: duplicates and near duplicates,
+"""The pinned corpus's cleaning and split (pinned_corpus/clean.py) on hand-made documents: duplicates and near duplicates,
 page furniture, the length cut, the split by unit and the order of val, each against results worked out by hand."""
 import hashlib
 
 import numpy as np
 import pytest
 
-import corpus_clean
+from pinned_corpus import clean as corpus_clean
 
 WORDS = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(26 * 26)]   # 676 distinct letter-only words
 

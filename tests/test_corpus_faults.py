@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 
 import corpus
-import dataset
-import fileio
-import pinned_corpus
+from harness import dataset, fileio
+from pinned_corpus import build as corpus_build
 import prepare_c4
-import tokenizer
+from harness import tokenizer
 from conftest import refused_writes
-from pinned_corpus import CorpusError
+from pinned_corpus.build import CorpusError
 from test_corpus import source, tar_bytes, two_sources
 
 pytestmark = pytest.mark.slow   # the pinned corpus's fault cases
@@ -29,8 +28,8 @@ pytestmark = pytest.mark.slow   # the pinned corpus's fault cases
 
 def cli(argv, manifest, monkeypatch) -> str:
     """corpus.py's exit message for argv with `manifest` as the corpus manifest (it must fail)."""
-    monkeypatch.setattr(pinned_corpus, "load_manifest", lambda path=None: json.loads(json.dumps(manifest)))
-    monkeypatch.setattr(pinned_corpus, "artifact_url", lambda s: "http://127.0.0.1:9/unreachable")
+    monkeypatch.setattr(corpus_build, "load_manifest", lambda path=None: json.loads(json.dumps(manifest)))
+    monkeypatch.setattr(corpus_build, "artifact_url", lambda s: "http://127.0.0.1:9/unreachable")
     with pytest.raises(SystemExit) as e:
         corpus.main(argv)
     assert isinstance(e.value.code, str) and "\n" not in e.value.code, e.value.code
@@ -69,8 +68,8 @@ def test_fetch_into_a_read_only_cache_says_so_and_leaves_nothing(tmp_path, monke
     manifest = one_source(tmp_path)                                                 # case 13
     cache = tmp_path / "ro"
     cache.mkdir()
-    refused_writes(pinned_corpus, monkeypatch, OSError(errno.EROFS, "Read-only file system"))
-    monkeypatch.setattr(pinned_corpus.Path, "unlink", lambda self, missing_ok=False: (_ for _ in ()).throw(
+    refused_writes(corpus_build, monkeypatch, OSError(errno.EROFS, "Read-only file system"))
+    monkeypatch.setattr(corpus_build.Path, "unlink", lambda self, missing_ok=False: (_ for _ in ()).throw(
         OSError(errno.EROFS, "Read-only file system")))   # as on a read-only mount, even for a missing file
     msg = cli(["fetch", "--cache", str(cache)], manifest, monkeypatch)
     assert msg.startswith(f"error: source p: cannot write p-1.tar.gz into {cache} ({cache} cannot be written "
@@ -88,10 +87,10 @@ def test_gpt2_ranks_are_found_from_another_working_directory(tmp_path, monkeypat
     monkeypatch.delenv("CORPUS_CACHE", raising=False)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
     monkeypatch.chdir(tmp_path)   # no data/ here
-    assert pinned_corpus.default_cache() == repo / "data" / "corpus_cache"
+    assert corpus_build.default_cache() == repo / "data" / "corpus_cache"
     assert tokenizer.gpt2_ranks_file() == str(repo / "data" / "corpus_cache" / "gpt2.tiktoken")
     (tmp_path / "data" / "corpus_cache").mkdir(parents=True)   # a data/corpus_cache here comes first
-    assert pinned_corpus.default_cache() == Path("data", "corpus_cache")
+    assert corpus_build.default_cache() == Path("data", "corpus_cache")
 
 
 def test_a_cli_without_gpt2s_ranks_is_one_line(tmp_path, monkeypatch):
@@ -107,10 +106,10 @@ def pinned(tmp_path, monkeypatch, gpt2_ranks):
     """A two-source manifest with its subsets recorded, its artifacts in tmp_path (CORPUS_CACHE); GPT-2's ranks by
     $GPT2_TIKTOKEN (tests/conftest.py)."""
     manifest = two_sources(tmp_path)
-    docs = pinned_corpus.documents("full", tmp_path, manifest)
+    docs = corpus_build.documents("full", tmp_path, manifest)
     enc = tokenizer.load_tokenizer("gpt2")
-    manifest["subsets"] = {"full": pinned_corpus.measure(docs, ["a", "b"], enc.encode, enc.eot_token)}
-    monkeypatch.setattr(pinned_corpus, "load_manifest", lambda path=None: manifest)
+    manifest["subsets"] = {"full": corpus_build.measure(docs, ["a", "b"], enc.encode, enc.eot_token)}
+    monkeypatch.setattr(corpus_build, "load_manifest", lambda path=None: manifest)
     monkeypatch.setenv("CORPUS_CACHE", str(tmp_path))
     shutil.rmtree(tmp_path / "extracted")
     return manifest
@@ -125,7 +124,7 @@ def test_prepare_with_a_read_only_cache_holding_the_artifacts_extracts_without_c
             raise OSError(errno.EROFS, "Read-only file system", str(self))
         return real_mkdir(self, *a, **kw)
     monkeypatch.setattr(Path, "mkdir", mkdir)
-    monkeypatch.setattr(pinned_corpus, "open", lambda p, mode="r", *a, **kw: (_ for _ in ()).throw(
+    monkeypatch.setattr(corpus_build, "open", lambda p, mode="r", *a, **kw: (_ for _ in ()).throw(
         OSError(errno.EROFS, "Read-only file system")) if "w" in mode else real_open(p, mode, *a, **kw), raising=False)
     prepare_c4.main(["--source", "pinned", "--subset", "full", "--num_proc", "1", "--out_dir", str(tmp_path / "o")])
     assert dataset.load_meta(tmp_path / "o")["splits"]["val"]["sha256"] == pinned["subsets"]["full"]["splits"]["val"]["sha256"]
@@ -165,8 +164,8 @@ def test_two_preparations_of_one_folder_at_once(tmp_path, pinned, capsys):
 
 def test_an_extraction_that_cannot_be_cached_is_not_blamed_on_the_disk(tmp_path, monkeypatch, capsys):
     src = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({"a/x.txt": ("Words of a page. " * 20).encode()}), ["a/*"])
-    refused_writes(pinned_corpus, monkeypatch, OSError(errno.EACCES, "Permission denied"))
-    assert pinned_corpus.extracted(src, tmp_path) == pinned_corpus.extract_source(src, tmp_path / "a-1.tar.gz")
+    refused_writes(corpus_build, monkeypatch, OSError(errno.EACCES, "Permission denied"))
+    assert corpus_build.extracted(src, tmp_path) == corpus_build.extract_source(src, tmp_path / "a-1.tar.gz")
     err = capsys.readouterr().err
     assert "free disk space" not in err and "cannot cache the extraction of a" in err and "Permission denied" in err
 
@@ -174,11 +173,11 @@ def test_an_extraction_that_cannot_be_cached_is_not_blamed_on_the_disk(tmp_path,
 def test_a_cached_extraction_cut_short_is_named_and_redone(tmp_path, capsys):
     texts = {f"a/{i}.txt": (f"Page {i} says something of its own. " * 10).encode() for i in range(3)}
     src = source(tmp_path, "a", "a-1.tar.gz", tar_bytes(texts), ["a/*"])
-    docs = pinned_corpus.extracted(src, tmp_path)
+    docs = corpus_build.extracted(src, tmp_path)
     cached = tmp_path / "extracted" / "a.jsonl"
     lines = cached.read_bytes().splitlines(keepends=True)
     cached.write_bytes(b"".join(lines[:-1]))   # cut at a line boundary: every line still parses
-    assert pinned_corpus.extracted(src, tmp_path) == docs
+    assert corpus_build.extracted(src, tmp_path) == docs
     err = capsys.readouterr().err
     assert err == (f"warning: the cached extraction {cached} holds 2 documents, not the 3 its header records, or other "
                    f"bytes (cut short or edited): extracting source a again\n")
@@ -186,12 +185,12 @@ def test_a_cached_extraction_cut_short_is_named_and_redone(tmp_path, capsys):
 
 
 def test_prepare_of_the_archive_subset_reads_the_archive_in_data(tmp_path, pinned, monkeypatch, capsys):
-    docs = pinned_corpus.documents("full", tmp_path, pinned)
+    docs = corpus_build.documents("full", tmp_path, pinned)
     (tmp_path / "w" / "data").mkdir(parents=True)
-    info = pinned_corpus.write_archive(tmp_path / "w" / "data" / pinned_corpus.ARCHIVE_FILE, docs)
+    info = corpus_build.write_archive(tmp_path / "w" / "data" / corpus_build.ARCHIVE_FILE, docs)
     enc = tokenizer.load_tokenizer("gpt2")
     pinned["archive"] = info
-    pinned["subsets"]["archive"] = pinned_corpus.measure(docs, ["a", "b"], enc.encode, enc.eot_token)
+    pinned["subsets"]["archive"] = corpus_build.measure(docs, ["a", "b"], enc.encode, enc.eot_token)
     monkeypatch.setenv("CORPUS_CACHE", str(tmp_path / "no_artifacts"))
     monkeypatch.chdir(tmp_path / "w")
     # train.py's error for a missing data/pinned_archive names a command; that command works as written
@@ -208,15 +207,15 @@ def test_prepare_of_the_archive_subset_reads_the_archive_in_data(tmp_path, pinne
     monkeypatch.setattr(reproduce, "ROOT", str(tmp_path / "w"))
     reproduce.ensure_data([SimpleNamespace(cfg={"dataset": "pinned_archive_bytes"})])
     meta = dataset.load_meta("data/pinned_archive_bytes")
-    with lzma.open(Path("data") / pinned_corpus.ARCHIVE_FILE, "rt", encoding="utf-8") as f:
+    with lzma.open(Path("data") / corpus_build.ARCHIVE_FILE, "rt", encoding="utf-8") as f:
         train = [d["text"].encode() for d in map(json.loads, f) if d["split"] == "train"]
     tokens = np.fromfile("data/pinned_archive_bytes/train.bin", dtype=meta["dtype"])
     assert meta["tokenizer"] == "bytes" and tokens.tolist() == [t for d in train for t in [*d, 256]]
-    os.remove(Path("data") / pinned_corpus.ARCHIVE_FILE)   # without it: one line saying where to put it
+    os.remove(Path("data") / corpus_build.ARCHIVE_FILE)   # without it: one line saying where to put it
     capsys.readouterr()
     code, err = prepare(["--subset", "archive", "--out_dir", "data/other"], capsys)
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: the archive subset is read from its file, which is not in data/ or here: "
-                                        f"copy {pinned_corpus.ARCHIVE_FILE} (content sha256 ")
+                                        f"copy {corpus_build.ARCHIVE_FILE} (content sha256 ")
 
 
 def test_an_archive_without_the_artifacts_leaves_no_partial_file(tmp_path, monkeypatch):
@@ -228,14 +227,14 @@ def test_an_archive_without_the_artifacts_leaves_no_partial_file(tmp_path, monke
     assert list((tmp_path / "out").iterdir()) == []
     with pytest.raises(CorpusError, match="exists: pass another --out"):
         (tmp_path / "out" / "y.jsonl.xz").write_text("mine")
-        pinned_corpus.write_archive(tmp_path / "out" / "y.jsonl.xz", [])
+        corpus_build.write_archive(tmp_path / "out" / "y.jsonl.xz", [])
     assert (tmp_path / "out" / "y.jsonl.xz").read_text() == "mine"
 
 
 @pytest.mark.parametrize("value", ["0", "-5"])
 def test_an_audit_of_an_empty_evaluation_slice_is_refused(tmp_path, monkeypatch, capsys, value):
     # before: a report of a slice holding nothing (every gap about -14%), exit 0
-    monkeypatch.setattr(pinned_corpus, "documents", lambda *a, **kw: pytest.fail("the corpus was read"))
+    monkeypatch.setattr(corpus_build, "documents", lambda *a, **kw: pytest.fail("the corpus was read"))
     with pytest.raises(SystemExit) as e:
         corpus.main(["audit", "--eval_tokens", value, "--cache", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
@@ -245,14 +244,15 @@ def test_an_audit_of_an_empty_evaluation_slice_is_refused(tmp_path, monkeypatch,
 
 
 def edited_manifest(tmp_path, monkeypatch, edit):
-    """corpus_manifest.json as it is, edited by hand (edit(manifest)), read by load_manifest from tmp_path."""
-    manifest = json.loads(pinned_corpus.MANIFEST.read_text(encoding="utf-8"))
+    """pinned_corpus/manifest.json as it is, edited by hand (edit(manifest)), read by load_manifest from tmp_path."""
+    manifest = json.loads(corpus_build.MANIFEST.read_text(encoding="utf-8"))
     edit(manifest)
-    path = tmp_path / "corpus_manifest.json"
+    path = tmp_path / "pinned_corpus" / "manifest.json"
+    path.parent.mkdir()
     path.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    real = pinned_corpus.load_manifest
-    monkeypatch.setattr(pinned_corpus, "load_manifest", lambda p=None: real(path))
-    monkeypatch.setattr(pinned_corpus, "artifact_url", lambda s: "http://127.0.0.1:9/unreachable")
+    real = corpus_build.load_manifest
+    monkeypatch.setattr(corpus_build, "load_manifest", lambda p=None: real(path))
+    monkeypatch.setattr(corpus_build, "artifact_url", lambda s: "http://127.0.0.1:9/unreachable")
 
 
 @pytest.mark.parametrize("command, edit, expected", [
@@ -274,6 +274,6 @@ def test_a_hand_edited_manifest_is_one_line_naming_the_entry(tmp_path, monkeypat
     edited_manifest(tmp_path, monkeypatch, edit)
     with pytest.raises(SystemExit) as e:
         corpus.main([command, "--cache", str(tmp_path / "cache")])
-    assert e.value.code == (f"error: corpus_manifest.json: {expected}: fix that entry (docs/data.md lists the "
-                            f"manifest's keys) or restore the file (git checkout corpus_manifest.json)")
+    assert e.value.code == (f"error: pinned_corpus/manifest.json: {expected}: fix that entry (docs/data.md lists the "
+                            f"manifest's keys) or restore the file (git checkout pinned_corpus/manifest.json)")
     assert not (tmp_path / "cache").exists()

@@ -1,8 +1,8 @@
-"""The pinned corpus's markup readers (corpus_text.py), each on a hand-written input against the text expected from it."""
+"""The pinned corpus's markup readers (pinned_corpus/text.py), each on a hand-written input against the text expected from it."""
 import gzip
 import json
 
-import corpus_text
+from pinned_corpus import text as corpus_text
 
 
 def test_rst_markup_is_stripped_to_its_prose():

@@ -13,8 +13,8 @@ import torch
 import analyze
 import eval_quant as eq
 from conftest import write_dataset
+from harness import runs
 from model import GPT, GPTConfig
-import runs
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')

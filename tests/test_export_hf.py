@@ -11,8 +11,8 @@ import torch
 
 import export_hf
 import prepare_c4
+from harness import tokenizer as tokenizer_lib
 from model import GPT, GPTConfig
-import tokenizer as tokenizer_lib
 
 transformers = pytest.importorskip('transformers')
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('one_thread')]   # slow: export to transformers, its models loaded back

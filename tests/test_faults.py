@@ -19,8 +19,8 @@ import torch
 import train
 from conftest import ROOT, write_dataset
 from test_train import config
-import runs
-from runs import log_events
+from harness import runs
+from harness.runs import log_events
 
 pytestmark = pytest.mark.slow   # train.py killed, corrupted and refused, as subprocesses
 
@@ -211,10 +211,10 @@ def test_an_empty_path_a_name_too_long_and_a_probe_that_is_off_are_one_line(bigr
 
 def test_without_fcntl_the_scripts_import_and_a_run_goes_unlocked_with_a_warning(bigram_data, tmp_path, capsys,
                                                                                    monkeypatch):
-    """Windows has no fcntl: train.py, analyze.py and eval_quant.py (through runs.py, which holds the lock) must still
+    """Windows has no fcntl: train.py, analyze.py and eval_quant.py (through harness/runs.py, which holds the lock) must still
     import, and a run must work without the lock, saying so once. Nor can Windows open a folder (fsync_dir after each checkpoint's rename):
     the run still writes its checkpoints."""
-    code = ("import sys; sys.modules['fcntl'] = None; import train, analyze, eval_quant, runs; "
+    code = ("import sys; sys.modules['fcntl'] = None; import train, analyze, eval_quant; from harness import runs; "
             "assert runs.fcntl is None; print('imported')")
     done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == 'imported', done.stderr

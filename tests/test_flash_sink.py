@@ -1,4 +1,4 @@
-"""flash_sink.py's Triton kernels on the CPU, in Triton's interpreter, against the float64 formula.
+"""kernels/flash_sink.py's Triton kernels on the CPU, in Triton's interpreter, against the float64 formula.
 
 The interpreter runs the kernels' own code (tile loops, masks, the online softmax, the backward's partial sums)
 with numpy in fp32, so these tests check the arithmetic that CUDA runs; tests/test_gpu.py repeats them on a GPU
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 pytest.importorskip('triton')   # conftest.py chose the interpreter where there is no GPU
-import flash_sink  # noqa: E402
+from kernels import flash_sink  # noqa: E402
 from model import GPTConfig  # noqa: E402
 from test_attention import reference_attention  # noqa: E402
 

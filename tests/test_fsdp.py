@@ -1,4 +1,4 @@
-"""fsdp=True (fsdp.py): FSDP2 on 2 CPU ranks (gloo, torchrun) against one process with the same global batch,
+"""fsdp=True (harness/fsdp.py): FSDP2 on 2 CPU ranks (gloo, torchrun) against one process with the same global batch,
 OrthoAdam on shards against dense Algorithm 1, sharded save and exact resume, resharding, a rank killed during a
 save, the one-line refusals, and reproduce.py's plan."""
 import json
@@ -13,7 +13,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import fsdp  # noqa: E402
+from harness import fsdp  # noqa: E402
 import train  # noqa: E402
 
 pytestmark = pytest.mark.slow   # torchrun with 2 CPU ranks
@@ -242,7 +242,7 @@ def test_a_chain_job_starting_on_an_evaluation_writes_best_pt_naming_the_shards_
 DISK_FULL = '''import errno, os, sys
 sys.path.insert(0, {root!r})
 import torch.distributed.checkpoint.filesystem as filesystem
-import runs
+from harness import runs
 import train
 where, rank, calls = {where!r}, os.environ['RANK'], []
 
@@ -360,7 +360,7 @@ sys.exit(train.main(sys.argv[1:]))
 FAIL_EVERYWHERE = '''import os, sys, time
 sys.path.insert(0, {root!r})
 import train
-from train_config import TrainingError
+from harness.train_config import TrainingError
 report = train.report_error
 def slow_report(text):
     if os.environ['RANK'] == '0':

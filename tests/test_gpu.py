@@ -115,7 +115,7 @@ def test_bf16_training_shapes_take_a_fused_kernel():
 @pytest.mark.parametrize('prefix,T', [(0, 300), (4, 300), (0, 1024), (200, 333)])
 @pytest.mark.parametrize('variant', ['softmax1', 'attn_bias'])
 def test_triton_sink_kernel_matches_formula(variant, prefix, T, dtype):
-    """The training path on CUDA (flash_sink.py's kernel), forward and backward, against the fp64 formula: max
+    """The training path on CUDA (kernels/flash_sink.py's kernel), forward and backward, against the fp64 formula: max
     error / max |reference| <= 1e-5 in fp32 (IEEE dots), 2e-2 in bf16 / fp16. T = 300 and 333 are no multiple of
     any tile; d = 64 as the paper's models."""
     dtype = getattr(torch, dtype)

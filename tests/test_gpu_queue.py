@@ -15,8 +15,8 @@ import pytest
 
 import reproduce
 from conftest import ROOT
-from dataset import prepare_bigram_backcopy
-from recipe import STEPS
+from harness.dataset import prepare_bigram_backcopy
+from harness.recipe import STEPS
 
 pytestmark = pytest.mark.slow   # the GPU queue's items as CPU trainings
 

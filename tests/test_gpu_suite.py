@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import bench_report
+from harness import bench_report
 import gpu_suite
 from conftest import ROOT
 

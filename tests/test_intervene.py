@@ -10,11 +10,10 @@ import torch.nn.functional as F
 
 import analyze
 import intervene
-from runs import LoadedModel
+from harness.runs import LoadedModel
 from model import GPT
 from test_analyze import VOCAB, random_docs, tiny_config, write_checkpoint, write_docs
-import measure
-import runs
+from harness import measure, runs
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

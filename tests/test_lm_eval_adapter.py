@@ -14,10 +14,8 @@ import torch.nn.functional as F
 import analyze
 import lm_eval_adapter as adapter
 import prepare_c4
+from harness import dataset, runs, tokenizer as tokenizer_lib
 from model import GPT, GPTConfig
-import dataset
-import runs
-import tokenizer as tokenizer_lib
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures('one_thread')]   # slow: the harness scoring through transformers
 MERGES = (b'th', b'the', b' the', b'in', b'ing', b' in', b'er', b'en', b' a', b'at', b' m', b' mat')

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import measure
 import model as model_module
+from harness import measure
 from model import CHOICES, GPT, GPTConfig, apply_rotary, attention
 from test_attention import reference_attention
 

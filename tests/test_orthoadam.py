@@ -316,14 +316,14 @@ def test_invalid_options(options, match):
     (64, {'rows': (20, 64), 'cols': (64, 17)}),                                                 # H_64
 ])
 def test_fused_kernel_matches_dense_reference(residual_dim, shapes, monkeypatch):
-    """orthoadam_kernel.py's one-kernel step (CUDA's path for a parameter with one rotated axis), here in Triton's
+    """kernels/orthoadam.py's one-kernel step (CUDA's path for a parameter with one rotated axis), here in Triton's
     interpreter on the CPU, against the dense float64 Algorithm 1: 4 steps, max abs difference <= 1e-5. A
     parameter with both axes rotated ('both') or none ('none') takes the stacked path in the same step."""
     pytest.importorskip('triton')
     if os.environ.get('TRITON_INTERPRET') != '1' and not torch.cuda.is_available():
         pytest.skip('needs CUDA or TRITON_INTERPRET=1')
     import orthoadam
-    import orthoadam_kernel
+    from kernels import orthoadam as orthoadam_kernel
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     monkeypatch.setattr(orthoadam, 'KERNEL_DEVICES', (device,))
     plans = []
@@ -346,7 +346,7 @@ def test_fused_kernel_that_cannot_compile_falls_back_with_one_line(monkeypatch, 
     """A Triton compile error at the first launch: one warning line, then the stacked path, still Algorithm 1."""
     pytest.importorskip('triton')
     import orthoadam
-    import orthoadam_kernel
+    from kernels import orthoadam as orthoadam_kernel
     monkeypatch.setattr(orthoadam, 'KERNEL_DEVICES', ('cpu',))
 
     def broken(*a, **k):
@@ -369,7 +369,7 @@ def test_kernel_plan_refuses_factors_that_do_not_cover_the_axis():
     """rotate() reads factors covering part of an axis as mats ⊗ I; the fused kernel rotates whole fibres, so its plan
     says in one line that it cannot take them, instead of rotating the wrong coordinates."""
     pytest.importorskip('triton')
-    import orthoadam_kernel
+    from kernels import orthoadam as orthoadam_kernel
     p = torch.zeros(6, 48)
     assert orthoadam_kernel.plan(p, (1,), (None, [torch.eye(48)])) == (1, 48, 1)
     assert orthoadam_kernel.plan(p, (1,), (None, [torch.eye(16), torch.eye(3)])) == (1, 16, 3)

@@ -13,14 +13,14 @@ import warnings
 import pytest
 import torch
 
-import dataset
+from harness import dataset
 import eval_quant
-import measure
+from harness import measure
 import prepare_c4
 import reproduce
-import runs
+from harness import runs
 import train
-import train_data
+from harness import train_data
 from conftest import ROOT, full_disk_writes, write_dataset
 from test_faults import SMALL, cli, one_thread, snapshot   # noqa: F401 (one_thread: autouse fixture)
 
@@ -104,7 +104,7 @@ def test_a_checkpoint_records_its_data_relative_to_itself_and_survives_moving_th
 # ----------------------------------------------------------------------------- the rules of fileio (issue 36)
 def test_check_output_refuses_each_path_a_command_cannot_write_and_accepts_the_others(tmp_path, monkeypatch):
     """Each case by hand: (path, folder?, inputs, replace) -> the words of the refusal, or None (accepted)."""
-    import fileio
+    from harness import fileio
     (tmp_path / 'file').write_text('mine')
     (tmp_path / 'dir').mkdir()
     (tmp_path / 'dir' / 'x').write_text('mine')
@@ -166,7 +166,7 @@ def test_check_output_refuses_each_path_a_command_cannot_write_and_accepts_the_o
 
 
 def test_remove_temporaries_removes_only_the_programs_own(tmp_path):
-    import fileio
+    from harness import fileio
     for name in ('ckpt.pt.tmp', 'best.pt', 'config.json.tmp', 'notes.tmp', 'ckpt.pt.tmp.tmp', 'ckpt.pt.0a1b2c3d.tmp',
                  'mine.txt'):
         (tmp_path / name).write_text('x')
@@ -192,7 +192,7 @@ def test_atomic_write_never_follows_a_name_already_there(tmp_path, fail):
     """A link at NAME.tmp (the temporary name before 2026-11-28) or at any NAME.*.tmp to a user's file: the write goes
     to a new name beside it and renames it onto NAME; the user's file and the links stay as they were. A failure
     inside the block leaves NAME as it was and no temporary file."""
-    import fileio
+    from harness import fileio
     (tmp_path / 'mine.txt').write_text('mine')
     (tmp_path / 'q.json').write_text('old')
     (tmp_path / 'q.json.tmp').symlink_to(tmp_path / 'mine.txt')
@@ -219,7 +219,7 @@ def test_atomic_write_never_follows_a_name_already_there(tmp_path, fail):
 ])
 def test_number_accepts_finite_values_in_range_only(kind, low, high, text, ok):
     import argparse
-    import fileio
+    from harness import fileio
     parse = fileio.number(kind, low, high)
     if ok is None:
         with pytest.raises(argparse.ArgumentTypeError):

@@ -16,13 +16,7 @@ import tiktoken
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import prepare_c4  # noqa: E402
-import dataset
-import fileio
-import measure
-import runs
-import sources
-import tokenizer as tokenizer_lib
-import train_config
+from harness import dataset, fileio, measure, runs, sources, tokenizer as tokenizer_lib, train_config
 
 pytestmark = pytest.mark.slow   # data preparation through datasets and tiktoken
 

@@ -1,4 +1,4 @@
-"""Every output records where it came from (provenance.py) and no absolute path: meta.json, a run's log.jsonl,
+"""Every output records where it came from (harness/provenance.py) and no absolute path: meta.json, a run's log.jsonl,
 analyze.py's and eval_quant.py's JSON, made as a user makes them (relative paths from a working directory)."""
 import glob
 import hashlib
@@ -14,7 +14,7 @@ import torch
 import analyze
 import eval_quant
 import prepare_c4
-import provenance
+from harness import provenance
 from conftest import ROOT
 from test_faults import SMALL, cli, one_thread   # noqa: F401 (one_thread: autouse fixture)
 
@@ -24,7 +24,7 @@ def test_the_record_against_git_hashlib_and_torch():
     head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True, text=True)
     if head.returncode == 0:
         assert rec['commit'].removesuffix('-dirty') == head.stdout.strip()
-    with open(os.path.join(ROOT, 'corpus_manifest.json'), 'rb') as f:
+    with open(os.path.join(ROOT, 'pinned_corpus/manifest.json'), 'rb') as f:
         assert rec['corpus_manifest_sha256'] == hashlib.sha256(f.read()).hexdigest()
     assert rec['torch'] == torch.__version__ and rec['device'] == f'cpu ({os.cpu_count()} cores)'
     assert rec['data'] == {'train': 'a', 'val': 'b'}
@@ -46,9 +46,12 @@ def test_a_copy_without_git_inside_another_repository_records_no_commit(tmp_path
     git('add', '.bashrc')
     git('commit', '-q', '-m', 'dotfiles')
     outer_head = git('rev-parse', 'HEAD')
-    for path in glob.glob(os.path.join(ROOT, '*.py')) + [os.path.join(ROOT, 'corpus_manifest.json')]:
+    for path in glob.glob(os.path.join(ROOT, '*.py')):
         shutil.copy(path, project)
-    code = 'import provenance; print(provenance.git_commit()); print(provenance.record()["commit"])'
+    shutil.copytree(os.path.join(ROOT, 'harness'), project / 'harness')
+    (project / 'pinned_corpus').mkdir()
+    shutil.copy(os.path.join(ROOT, 'pinned_corpus', 'manifest.json'), project / 'pinned_corpus')
+    code = 'from harness import provenance; print(provenance.git_commit()); print(provenance.record()["commit"])'
     r = subprocess.run([sys.executable, '-c', code], cwd=project, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ['None', 'None'] and outer_head not in r.stdout

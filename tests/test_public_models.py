@@ -18,16 +18,9 @@ import prepare_c4
 import train
 from configurator import load_config
 from conftest import ROOT
+from harness import (dataset, fileio, measure, optimizers, runs, sources, tables, tokenizer as tokenizer_lib,
+                     train_config)
 from model import GPT, GPTConfig
-import dataset
-import fileio
-import measure
-import optimizers
-import runs
-import sources
-import tables
-import tokenizer as tokenizer_lib
-import train_config
 
 transformers = pytest.importorskip('transformers')
 

@@ -14,11 +14,8 @@ import torch.nn.functional as F
 
 import analyze
 import prepare_c4
+from harness import dataset, measure, runs, tokenizer as tokenizer_lib
 from model import GPT, load_hf
-import dataset
-import measure
-import runs
-import tokenizer as tokenizer_lib
 
 pytestmark = pytest.mark.slow   # a real 135M-parameter model
 

@@ -1,4 +1,4 @@
-"""The sink recipe of issue 27 (recipe.py) and how reproduce.py runs it: every gpu-scale row gets it, weight decay
+"""The sink recipe of issue 27 (harness/recipe.py) and how reproduce.py runs it: every gpu-scale row gets it, weight decay
 reaches matrices only, a row trains as a chain of jobs that equals one run and refuses changed data in one line,
 a diverged row is reported under the table, a row's results pack into one tarball within the size limit, and the
 goal checker judges synthetic result files."""
@@ -10,12 +10,12 @@ import tarfile
 import pytest
 import torch
 
-import recipe
+from harness import recipe
 import reproduce
 from conftest import full_disk_writes, write_dataset
+from harness.optimizers import configure_optimizer
+from harness.train_config import DEFAULTS
 from model import GPT, GPTConfig
-from optimizers import configure_optimizer
-from train_config import DEFAULTS
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -229,7 +229,7 @@ def test_a_chained_row_equals_one_job_refuses_changed_data_and_a_divergence_is_r
 def test_stopped_by_reads_the_exit_code_of_a_signal(code, name):
     """128 + N: a process that stopped on signal N (train.py after its checkpoint, as shells report it); -N: one a
     signal killed (subprocess's convention). SIGINT = 2, SIGTERM = 15, SIGKILL = 9 on POSIX."""
-    from recipe import stopped_by
+    from harness.recipe import stopped_by
     assert (stopped_by(code).name if stopped_by(code) else None) == name
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import reproduce
 from conftest import ROOT
-from dataset import prepare_bigram_backcopy
+from harness.dataset import prepare_bigram_backcopy
 
 pytestmark = pytest.mark.slow   # reproduce.py sweeps: trainings
 
@@ -191,7 +191,7 @@ def named_fix(name):
     """What a mitigations row's file name says it changes against base.py: '10_softmax1_orthoadam' -> attn softmax1 and
     optimizer orthoadam; '06_attn_bias' -> attn_bias; '01_vanilla' -> nothing."""
     from model import CHOICES
-    from optimizers import OPTIMIZERS
+    from harness.optimizers import OPTIMIZERS
     words, fix = name.split('_', 1)[1], {}
     for flag in ('attn_bias', 'sink_token'):
         if flag in words:
@@ -327,7 +327,7 @@ def test_pack_that_packs_nothing_is_an_error(capsys, tmp_path, monkeypatch):
     (tmp_path / 'a_file').write_text('mine')
     code, message, _ = exit_of(capsys, *args, '--pack', str(tmp_path / 'a_file'))
     assert code == 1 and 'is a file, not a folder' in message and (tmp_path / 'a_file').read_text() == 'mine'
-    import fileio
+    from harness import fileio
     read_only = str(tmp_path / 'ro')
     os.makedirs(read_only)
     access = os.access   # what a read-only folder answers (chmod does not stop root, who may run the tests)

@@ -10,8 +10,7 @@ import torch
 
 import train
 from test_faults import SMALL, cli, one_thread, snapshot   # noqa: F401 (one_thread: autouse fixture)
-import optimizers
-import train_config
+from harness import optimizers, train_config
 
 pytestmark = pytest.mark.slow   # train.py runs resumed
 

@@ -16,9 +16,7 @@ from model import GPT
 from test_kv_cache import sharp
 from test_model import MODEL_VARIANTS, tiny
 from test_train import config
-import dataset
-import runs
-import tokenizer as tokenizer_lib
+from harness import dataset, runs, tokenizer as tokenizer_lib
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

@@ -14,12 +14,7 @@ import torch
 import train
 from conftest import ROOT, write_dataset
 from configurator import load_config
-import devices
-import measure
-import optimizers
-import runs
-import train_config
-import train_data
+from harness import devices, measure, optimizers, runs, train_config, train_data
 
 pytestmark = pytest.mark.slow   # train.py end to end, DDP under torchrun
 

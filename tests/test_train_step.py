@@ -10,9 +10,8 @@ import io
 import pytest
 import torch
 
-import optimizers
 import orthoadam
-import train_config
+from harness import optimizers, train_config
 from model import CHOICES, GPT, GPTConfig
 
 pytestmark = pytest.mark.usefixtures('one_thread')

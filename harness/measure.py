@@ -13,11 +13,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dataset import iter_documents, load_meta
-from fileio import Progress, model_label, portable_path
-from runs import LoadedModel
-from tables import run_label
-from tokenizer import tokenizer_mismatch
+from harness.dataset import iter_documents, load_meta
+from harness.fileio import Progress, model_label, portable_path
+from harness.runs import LoadedModel
+from harness.tables import run_label
+from harness.tokenizer import tokenizer_mismatch
 
 
 ATTN_PLOT_TOKENS = 32    # Fig. 1a shows the first tokens of one document

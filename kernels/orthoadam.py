@@ -1,6 +1,6 @@
 """OrthoAdam's whole step for one parameter in one Triton kernel: rotate, moments, rotate back, update.
 
-    from orthoadam_kernel import plan, step
+    from kernels.orthoadam import plan, step
     how = plan(p, rotated_axes, factor)          # None when the kernel cannot take this parameter
     step(how, p, grad, exp_avg, exp_avg_sq, signs, mats, lr=..., betas=..., eps=..., weight_decay=..., t=...)
 

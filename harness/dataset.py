@@ -1,10 +1,10 @@
 """The on-disk dataset format (format 1, described in prepare_c4.py's docstring): writing a prepared folder
-(prepare and its entry points prepare_c4 / prepare_pinned / prepare_installed_docstrings / prepare_wikitext2 /
-prepare_bigram_backcopy),
+(prepare and its entry points prepare_c4 / prepare_installed_docstrings / prepare_wikitext2 /
+prepare_bigram_backcopy; the pinned corpus's: pinned_corpus/prepare.py),
 reading one (load_meta, iter_documents, eot_offsets), and resolve_dataset, the one rule that turns a dataset
 argument into a folder.
 
-    python -c "import dataset; dataset.load_meta('data/c4')"   # check a prepared folder
+    python -c "from harness import dataset; dataset.load_meta('data/c4')"   # check a prepared folder
 """
 import hashlib
 import inspect
@@ -18,20 +18,21 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-import pinned_corpus
-import provenance
-from fileio import (PrepareError, Progress, atomic_write, check_output, file_sha256, lock_folder, read_json,
-                    release_lock, remove_temporaries, write_json)
-from sources import (MIN_DOC_CHARS, VAL_PERCENT, backcopy_documents, bigram_backcopy_documents, c4_texts, char_bigrams,
-                     find_c4_shards,
-                     docstring_documents, docstring_splits, wikitext_files, wikitext_texts)
-from tokenizer import Tokenizer, encode_stream, gpt2_ranks_file, load_tokenizer
+from harness import provenance
+from harness.fileio import (PrepareError, Progress, atomic_write, check_output, file_sha256, lock_folder, read_json,
+                            release_lock, remove_temporaries, write_json)
+from harness.sources import (MIN_DOC_CHARS, VAL_PERCENT, bigram_backcopy_documents, c4_texts, docstring_documents,
+                             docstring_splits, find_c4_shards, wikitext_files, wikitext_texts)
+from harness.tokenizer import Tokenizer, encode_stream, load_tokenizer
 
 
 FORMAT = 1
 SPLITS = ("train", "val")
 # what a prepared folder holds: a command that reads it never writes over one of them (runs.read_paths)
 DATA_FILES = ("meta.json", "train.bin", "val.bin", ".progress.json", ".verified.json")
+# the defaults of Guo et al.'s Bigram-Backcopy task on Shakespeare (pinned_corpus/prepare.py's prepare_bb_shakespeare):
+# prepare_c4.py's command line sets only val_docs, so a folder made with other settings has no command (prepare_command)
+BB_SHAKESPEARE = {"doc_len": 256, "train_docs": 60_000, "val_docs": 500, "triggers": 3, "seed": 0}
 
 
 def write_split(path: Path, texts: Iterable[str], tok: Tokenizer, num_proc: int,
@@ -94,9 +95,9 @@ def prepare_command(args: dict, out_dir) -> str | None:
         cmd += ["--tokenizer", args["tokenizer"]]
         cmd += [x for k in ("train_tokens", "val_docs") if args.get(k) for x in (f"--{k}", str(args[k]))]
     elif source in ("bigram_backcopy", "bb_shakespeare"):   # the command line sets only val_docs; the rest: defaults
-        defaults = inspect.signature(prepare_bigram_backcopy if source == "bigram_backcopy" else
-                                     prepare_bb_shakespeare).parameters
-        if any(args.get(k) != defaults[k].default for k in args if k not in ("source", "val_docs", "manifest_sha256")):
+        defaults = (BB_SHAKESPEARE if source == "bb_shakespeare" else
+                    {k: p.default for k, p in inspect.signature(prepare_bigram_backcopy).parameters.items()})
+        if any(args.get(k) != defaults[k] for k in args if k not in ("source", "val_docs", "manifest_sha256")):
             return None
         cmd += ["--source", source, "--val_docs", str(args["val_docs"])]
     else:
@@ -307,41 +308,6 @@ def prepare_installed_docstrings(out_dir="data/installed_docstrings", tokenizer=
                    {"train": (train_tokens, None), "val": (None, val_docs)}, num_proc, force)
 
 
-def prepare_pinned(out_dir=None, subset="cpu", corpus_archive=None, num_proc=1, force=False, tokenizer="gpt2") -> Path:
-    """The pinned corpus (pinned_corpus.py, corpus_manifest.json) in GPT-2's ids (or another tokenizer's, for a public
-    model). Each source's text is checked against the manifest before tokenising, each split's token file after
-    (GPT-2 ids: the manifest records their sha256s); a difference is one line naming the source.
-    corpus_archive: read the archive subset from this file (no network, no artifacts)."""
-    manifest, cache = pinned_corpus.load_manifest(), pinned_corpus.default_cache()
-    if corpus_archive is not None and subset != "archive":
-        raise PrepareError("--corpus_archive holds the archive subset: pass --subset archive")
-    if tokenizer in ("gpt2", "auto") and gpt2_ranks_file() is None:
-        pinned_corpus.gpt2_ranks(cache, manifest)   # the pinned ranks, fetched from the registry (sha256-checked)
-    tok = load_tokenizer(tokenizer)
-    args = {"source": "pinned", "subset": subset, "manifest_sha256": pinned_corpus.manifest_sha256(),
-            "tokenizer": tok.name, "tokenizer_sha256": tok.sha256}
-    gpt2 = tok.name == "gpt2"
-    source = f"pinned corpus, {subset} subset (corpus_manifest.json sha256 {args['manifest_sha256'][:16]}...)"
-    description = ("NOT C4. English prose from pinned registry artifacts (corpus_manifest.json; docs/data.md): "
-                   "documentation, books, speeches, dictionaries; markup stripped, duplicates removed; val = whole "
-                   "files, about 4% of each source, ordered so that any prefix holds every source in proportion. "
-                   "The same on every installation.")
-    splits = {}
-
-    def split_texts(split):
-        if not splits:
-            docs = list(pinned_corpus.documents(subset, cache, manifest, archive=corpus_archive and Path(corpus_archive)))
-            pinned_corpus.check_texts(docs, subset, manifest)
-            splits.update({s: [text for _, sp, text in docs if sp == s] for s in SPLITS})
-        return splits[split]
-
-    out = prepare(out_dir or f"data/pinned_{subset}", tok, args, source, description, True, split_texts,
-                  {"train": (None, None), "val": (None, None)}, num_proc, force)
-    if gpt2:
-        pinned_corpus.check_splits(load_meta(out)["splits"], subset, manifest)
-    return out
-
-
 def prepare_wikitext2(out_dir="data/wikitext2", tokenizer="gpt2", wikitext_dir=None, train_tokens=None,
                       val_docs=None, num_proc=1, force=False) -> Path:
     """WikiText-2 (raw): train = wiki.train.raw, val = wiki.test.raw (the split its perplexity is reported on),
@@ -376,59 +342,6 @@ def prepare_bigram_backcopy(out_dir="data/bigram_backcopy", vocab=64, triggers=1
     return prepare(out_dir, tok, args, "bigram_backcopy", description, True,
                    lambda split: islice(docs, val_docs if split == "val" else train_docs),
                    {"train": (None, train_docs), "val": (None, val_docs)}, 1, force)
-
-
-SHAKESPEARE_TEXTS = "/shksprdata/texts/"   # the plays and poems among the pinned 'shakespeare' source's files
-
-
-def shakespeare_chain(cache: Path | None = None, triggers: int = 3) -> dict:
-    """The statistics of Guo et al.'s Bigram-Backcopy task, from the characters of Shakespeare's plays and poems in
-    the pinned corpus (the 'shakespeare' source, fetched and sha256-checked like every pinned artifact): the
-    characters (ids 0..C-1, sorted), then <s> (id C, the document separator, at position 0 of every window) and a
-    delimiter <d> (id C+1, never generated: Guo et al.'s vocabulary has it); `cond`, the character bigram frequencies
-    (a character never followed by another gets the marginal), `first`, the marginal without the triggers, and the
-    `triggers`, the most frequent characters."""
-    manifest = pinned_corpus.load_manifest()
-    cache = cache or pinned_corpus.default_cache()
-    src = next(s for s in manifest["sources"] if s["id"] == "shakespeare")
-    pinned_corpus.fetch(src, cache)
-    texts = [text for name, text in pinned_corpus.extracted(src, cache) if SHAKESPEARE_TEXTS in name]
-    chars, counts, unigram = char_bigrams(texts)
-    c = len(chars)
-    marginal = np.concatenate([unigram / unigram.sum(), [0.0, 0.0]])
-    cond = np.zeros((c + 2, c + 2))
-    rows = counts.sum(axis=1)
-    cond[:c, :c] = np.where(rows[:, None] > 0, counts / np.maximum(rows, 1)[:, None], marginal[None, :c])
-    cond[c:] = marginal   # <s> and <d>: never generated as the current token, given rows for completeness
-    top = [int(i) for i in np.argsort(-marginal[:c], kind="stable")[:triggers]]
-    first = marginal.copy()
-    first[top] = 0
-    return {"chars": chars, "cond": cond, "first": first / first.sum(), "triggers": top, "marginal": marginal}
-
-
-def prepare_bb_shakespeare(out_dir="data/bb_shakespeare", doc_len=256, train_docs=60_000, val_docs=500, triggers=3,
-                           seed=0, force=False) -> Path:
-    """Guo et al.'s Bigram-Backcopy task on Shakespeare's characters (shakespeare_chain): every document is <s>
-    followed by doc_len tokens, so that a training window of doc_len tokens with windows='document' is exactly one of
-    their sequences (<s> at position 0). train and val are disjoint draws (one generator, val first). meta.json also
-    records "triggers" (token ids; analyze.py reports attention from the other queries) and "chars"."""
-    chain = shakespeare_chain(triggers=triggers)
-    chars, c = chain["chars"], len(chain["chars"])
-    tok = Tokenizer("bb_shakespeare", c + 2, c, lambda ids: ids,
-                    decode=lambda ids: "".join(chars[i] if i < c else ("<s>", "<d>")[i - c] for i in ids))
-    args = {"source": "bb_shakespeare", "doc_len": doc_len, "train_docs": train_docs, "val_docs": val_docs,
-            "triggers": triggers, "seed": seed, "manifest_sha256": pinned_corpus.manifest_sha256()}
-    docs = backcopy_documents(val_docs + train_docs, doc_len, chain["cond"], chain["first"], chain["triggers"], seed)
-    shown = ", ".join(repr(chars[i]) for i in chain["triggers"])
-    description = (f"NOT C4. Guo et al.'s Bigram-Backcopy task (2024): a Markov chain over the {c} characters of "
-                   f"Shakespeare's plays and poems (the pinned corpus's 'shakespeare' source), {triggers} trigger "
-                   f"tokens (the most frequent characters: {shown}) after which the token before the trigger comes "
-                   f"again; every document is <s> (the separator, id {c}) and {doc_len} tokens; a delimiter <d> (id "
-                   f"{c + 1}) is in the vocabulary but never generated; seed {seed}.")
-    return prepare(out_dir, tok, args, "bb_shakespeare", description, True,
-                   lambda split: islice(docs, val_docs if split == "val" else train_docs),
-                   {"train": (None, train_docs), "val": (None, val_docs)}, 1, force,
-                   extra={"triggers": chain["triggers"], "chars": chars})
 
 
 def resolve_dataset(dataset) -> str:

@@ -1,6 +1,6 @@
 """Causal flash attention with a sink, in Triton: softmax-1 and the attention bias in one fused kernel.
 
-    from flash_sink import flash_sink_attention
+    from kernels.flash_sink import flash_sink_attention
     y = flash_sink_attention(q, k, v, prefix)                  # softmax-1: exp(s_i) / (1 + sum_j exp(s_j))
     y = flash_sink_attention(q, k, v, prefix, bias_k, bias_v)  # attention bias: a learnt key k' and value v'
 

@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 
-from fileio import atomic_write
-from runs import read_log, read_probes
-from tables import run_label
+from harness.fileio import atomic_write
+from harness.runs import read_log, read_probes
+from harness.tables import run_label
 
 
 TOP_CHANNELS = 12

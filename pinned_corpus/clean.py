@@ -1,5 +1,5 @@
 """
-The pinned corpus's cleaning and split, on documents already extracted (pinned_corpus.py reads the artifacts and
+The pinned corpus's cleaning and split, on documents already extracted (pinned_corpus/build.py reads the artifacts and
 calls these in order):
 
     drop_boilerplate(texts)     per source: paragraphs on most of its pages (navigation, headers) go

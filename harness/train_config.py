@@ -6,8 +6,8 @@ optimizers.OPTIMIZERS, orthoadam.ROTATIONS and AXES): a value added there is val
 from dataclasses import fields
 
 import orthoadam
+from harness.optimizers import OPTIMIZERS
 from model import CHOICES as MODEL_CHOICES, GPTConfig
-from optimizers import OPTIMIZERS
 
 
 DEFAULTS = dict(
@@ -34,7 +34,7 @@ DEFAULTS = dict(
     max_minutes=0.0,   # a job's time budget: stop cleanly with a checkpoint after this many minutes (0 = off)
     # system
     device='auto', dtype='auto', compile=True, seed=1337,
-    fsdp=False,   # under torchrun: shard weights, gradients and optimizer state across ranks (fsdp.py)
+    fsdp=False,   # under torchrun: shard weights, gradients and optimizer state across ranks (harness/fsdp.py)
 )
 CHOICES = dict(
     MODEL_CHOICES,
@@ -110,7 +110,7 @@ HELP = dict(
     lr_decay_iters='cosine reaches min_lr here (0 = max_iters when the run starts; a resume keeps it)',
     min_lr='final learning rate', decay_lr='False: constant learning_rate',
     device="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'",
-    fsdp="under torchrun: FSDP2, each rank holds 1/N of weights, gradients, optimizer state (fsdp.py; docs/training.md)",
+    fsdp="under torchrun: FSDP2, each rank holds 1/N of weights, gradients, optimizer state (harness/fsdp.py; docs/training.md)",
     dtype="'auto' = bfloat16 on CUDA when supported, else float32", compile='torch.compile the model',
     seed='initialisation, dropout and data-sampling seed',
 )

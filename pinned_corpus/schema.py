@@ -1,9 +1,9 @@
 """
-The schema of corpus_manifest.json (docs/data.md, "The manifest"), checked when pinned_corpus.load_manifest reads it:
+The schema of pinned_corpus/manifest.json (docs/data.md, "The manifest"), checked when pinned_corpus.load_manifest reads it:
 
     problem(manifest) -> str | None      what is wrong with the first entry that breaks it, in words; None if nothing
 
-A hand-written check of the keys and types that pinned_corpus.py and corpus.py read, so that a hand-edited manifest
+A hand-written check of the keys and types that pinned_corpus/build.py and corpus.py read, so that a hand-edited manifest
 (a source without its sha256, "sources" written as an object, no tokenizer entry) is one line naming the entry
 instead of a KeyError or TypeError somewhere later. Keys the code does not read ("kind") are not checked.
 """

@@ -1,5 +1,5 @@
 """
-Text of the pinned corpus's files (pinned_corpus.py): the markup readers, each a small pure function of the file's text,
+Text of the pinned corpus's files (pinned_corpus/build.py): the markup readers, each a small pure function of the file's text,
 so that extraction depends on nothing but the bytes (no parser library, locale or Python-version behaviour).
 
     rst_to_text(text)    reStructuredText -> prose (headings, paragraphs, lists, admonitions; no code or tables)

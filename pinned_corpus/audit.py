@@ -24,8 +24,8 @@ from collections import Counter
 
 import numpy as np
 
-from corpus_clean import gram_hashes
-from corpus_text import URL, bare_identifier, code_like
+from pinned_corpus.clean import gram_hashes
+from pinned_corpus.text import URL, bare_identifier, code_like
 
 SAMPLE = 8  # near-duplicate pairs compare the 13-grams whose hash is 0 modulo SAMPLE
 MAX_POSTINGS = 64  # a sampled 13-gram in more documents than this is boilerplate, not evidence of a copy

@@ -3,7 +3,7 @@ SCALES, scaled_overrides). `paper` runs the config files as written; `gpu` and `
 that fits one machine (recipe.gpu_rows, recipe.laptop_rows); `mini` and `smoke` shrink every row the same way."""
 from dataclasses import dataclass, field
 
-from recipe import PILOT_KEYS, gpu_rows, laptop_rows
+from harness.recipe import PILOT_KEYS, gpu_rows, laptop_rows
 
 
 @dataclass
@@ -34,7 +34,7 @@ SCALES = {
     'gpu': Scale(
         "one H100 session per row (15 device minutes, two jobs of <= 10): the sink recipe on every row "
         "(windows start at documents, an end-of-text token at position 0; weight decay 0.5 on matrices with "
-        "AdamW, OrthoAdam and Muon; each row's own learning rate; recipe.py, docs/reproducing.md); the rows of up "
+        "AdamW, OrthoAdam and Muon; each row's own learning rate; harness/recipe.py, docs/reproducing.md); the rows of up "
         "to 130M parameters at their own shapes "
         "(Tables 2, 3 and 6; the 350M and 1.4B rows are left out), Table 5 and the mitigations at the 60M shape "
         "(10 layers, 8 heads of 64); 32,768 tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 10,000 "

@@ -118,7 +118,8 @@ def disk_full_text(path) -> str:
     return f"the disk holding {folder} is full (writing {path} failed); free some space, then run the same command again"
 
 
-REPO = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parent.parent   # the repository: this file is harness/fileio.py
+MANIFEST = REPO / "pinned_corpus" / "manifest.json"   # the pinned corpus's definition (docs/data.md)
 
 
 def corpus_cache() -> Path:

@@ -18,9 +18,9 @@ import signal
 import sys
 import tarfile
 
-from fileio import atomic_write, disk_full, disk_full_text
+from harness.fileio import atomic_write, disk_full, disk_full_text
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Every knob: (config key, value, evidence). sink-recipe.md (the science notes) holds the sources; G = Gu et al.,
 # ICLR 2025 (60M LLaMA, share of heads whose first-token mass > 0.3), B = Bondarenko et al., NeurIPS 2023.
@@ -53,7 +53,7 @@ def recipe_overrides(table, cfg):
     the pilots keep the keys they vary). Weight decay only with an optimizer whose decay is decoupled
     (optimizers.DECOUPLED_WEIGHT_DECAY), where wd 0.5 means what Gu et al. measured; RMSProp's and SGD's is torch's
     coupled L2 term, which at their learning rates would be another experiment: those rows keep 0."""
-    from optimizers import DECOUPLED_WEIGHT_DECAY   # imports torch: only when planning, as train_config does
+    from harness.optimizers import DECOUPLED_WEIGHT_DECAY   # imports torch: only when planning, as train_config does
     return {k: v for k, v, _ in RECIPE if v is not None and not (table == 'pilots' and k in PILOT_KEYS)
             and not (k == 'weight_decay' and cfg['optimizer'] not in DECOUPLED_WEIGHT_DECAY)}
 
@@ -177,7 +177,7 @@ def laptop_setting():
     """The laptop scale as overrides: config/laptop/base.py's differences from Table 2's vanilla 60M row (its out_dir
     aside), resolved as train.py resolves them."""
     from configurator import load_config
-    from train_config import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
+    from harness.train_config import CHOICES, DEFAULTS, RANGES   # imports torch: only when planning
     base, of = (load_config(DEFAULTS, [os.path.join(ROOT, 'config', f'{c}.py')], CHOICES, RANGES)
                 for c in (LAPTOP_BASE, LAPTOP_OF))
     return {k: v for k, v in base.items() if v != of[k] and k != 'out_dir'}

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dataset import eot_offsets, load_meta, prepare_again, resolve_dataset
-from devices import all_reduce, any_rank
-from fileio import Progress, atomic_write, read_json
-from train_config import TrainingError
+from harness.dataset import eot_offsets, load_meta, prepare_again, resolve_dataset
+from harness.devices import all_reduce, any_rank
+from harness.fileio import Progress, atomic_write, read_json
+from harness.train_config import TrainingError
 
 
 def open_data(cfg):

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from fileio import PrepareError, corpus_cache
+from harness.fileio import PrepareError, corpus_cache
 
 
 CHUNK_DOCS = 512  # documents per tokenisation task

@@ -29,11 +29,11 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from devices import agree
-from fileio import disk_full, disk_full_text, ours, temporary_folder
+from harness.devices import agree
+from harness.fileio import disk_full, disk_full_text, ours, temporary_folder
+from harness.train_config import TrainingError
 from model import GPT, GPTConfig
 from orthoadam import rotated_axes
-from train_config import TrainingError
 
 SHARDED_PREFIX = 'ckpt.dcp-'   # out_dir/ckpt.dcp-<iter>: one sharded checkpoint
 
@@ -73,7 +73,7 @@ def shard_model(model, cfg, device_type, world):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import Shard
     mesh = init_device_mesh(device_type, (world,))
-    names = {id(p): n for n, p in model.named_parameters()}   # tied weights: the first name, as optimizers.py sees it
+    names = {id(p): n for n, p in model.named_parameters()}   # tied weights: the first name, as harness/optimizers.py sees it
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
           if device_type == 'cuda' and cfg['dtype'] == 'bfloat16' else MixedPrecisionPolicy())
 

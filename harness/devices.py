@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from train_config import TrainingError
+from harness.train_config import TrainingError
 
 
 # dense bf16 tensor-core peak FLOP/s per device, for MFU (first matching substring wins)

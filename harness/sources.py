@@ -1,6 +1,6 @@
 """Where prepare_c4.py's documents come from: C4 shards (local or the hub), WikiText-2 articles, the docstrings
 of this Python installation (pydoc topics and docstrings: installation-dependent text) and the synthetic Bigram-Backcopy task.
-Each yields document texts (or token arrays) in a fixed order; dataset.py writes them."""
+Each yields document texts (or token arrays) in a fixed order; harness/dataset.py writes them."""
 import ast
 import glob
 import hashlib
@@ -13,8 +13,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from fileio import PrepareError, Progress
-from tokenizer import CHUNK_DOCS, _ignore_sigint
+from harness.fileio import PrepareError, Progress
+from harness.tokenizer import CHUNK_DOCS, _ignore_sigint
 
 
 C4_SHARD = re.compile(r"c4-(train|validation)\..*\.json(\.gz)?")

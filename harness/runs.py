@@ -17,12 +17,12 @@ try:
 except ImportError:  # Windows: runs go unlocked, with a warning
     fcntl = None
 
-from dataset import DATA_FILES, load_meta, resolve_dataset
-from fileio import MARK, PrepareError, atomic_write, check_output, remove_temporaries, written_by
+from harness.dataset import DATA_FILES, load_meta, resolve_dataset
+from harness.fileio import MARK, PrepareError, atomic_write, check_output, remove_temporaries, written_by
+from harness.tokenizer import load_tokenizer, tokenizer_mismatch
+from harness.train_config import DEFAULTS, PUBLIC_MODEL_KEYS, RESUME_IGNORED, RESUME_MUST_MATCH, TrainingError
+from harness.train_data import data_identity
 from model import GPT, GPTConfig, load_hf
-from tokenizer import load_tokenizer, tokenizer_mismatch
-from train_config import DEFAULTS, PUBLIC_MODEL_KEYS, RESUME_IGNORED, RESUME_MUST_MATCH, TrainingError
-from train_data import data_identity
 
 
 def check_out_dir(out_dir):
@@ -99,6 +99,12 @@ def fsync_dir(path):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def save_config(config, path):
+    """Write the resolved configuration as JSON (atomically: atomic_write; a full disk leaves no half file)."""
+    with atomic_write(path) as f:
+        json.dump(config, f, indent=2, sort_keys=True, default=str)
 
 
 def save_checkpoint(path, ckpt):
@@ -178,7 +184,7 @@ def check_resume(cfg, ckpt, meta):
     if errors:
         raise TrainingError(f"cannot resume {os.path.join(cfg['out_dir'], 'ckpt.pt')} with another config "
                             f"({'; '.join(errors)}); these must match what the checkpoint was trained with "
-                            f"(RESUME_MUST_MATCH in train_config.py): use its values or another --out_dir")
+                            f"(RESUME_MUST_MATCH in harness/train_config.py): use its values or another --out_dir")
     return [(k, saved[k], cfg[k]) for k in differ]
 
 

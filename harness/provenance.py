@@ -1,4 +1,4 @@
-"""Where an output came from: the code (git commit), the corpus definition (corpus_manifest.json's sha256), the
+"""Where an output came from: the code (git commit), the corpus definition (pinned_corpus/manifest.json's sha256), the
 data (each split's sha256 from meta.json), the library versions and the device. No path is recorded.
 
 Written into data/<name>/meta.json ("provenance"), a run's log.jsonl (one {"event": "provenance", "iter", ...}
@@ -14,9 +14,9 @@ import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 
-from pinned_corpus import MANIFEST, manifest_sha256
+from harness.fileio import MANIFEST, file_sha256
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,7 +58,7 @@ def _version(package):
 def record(device=None, meta=None):
     """The provenance record (module docstring) of an output made on `device` from the data of `meta`."""
     rec = {'commit': git_commit(),
-           'corpus_manifest_sha256': manifest_sha256() if MANIFEST.is_file() else None,
+           'corpus_manifest_sha256': file_sha256(MANIFEST) if MANIFEST.is_file() else None,
            'python': platform.python_version(), 'torch': _version('torch'), 'numpy': _version('numpy'),
            'device': device_name(device)}
     if meta and meta.get('splits'):
