@@ -69,9 +69,17 @@ def setup_distributed(cfg):
     else:
         rank, local_rank, world = 0, 0, 1
     device_type = 'cuda' if cfg['device'].startswith('cuda') else 'cpu'
-    if cfg['dtype'] == 'auto':
+    if cfg['dtype'] == 'auto':   # a CPU keeps float32: bf16's numbers depend on its instructions (docs/performance.md)
         cfg['dtype'] = 'bfloat16' if device_type == 'cuda' and torch.cuda.is_bf16_supported() else 'float32'
+    if device_type == 'cpu' and cfg['dtype'] == 'bfloat16' and rank == 0 and not cpu_bf16():
+        print("warning: this CPU has no bf16 instructions (AMX or AVX512-BF16): dtype='bfloat16' runs emulated, "
+              "slower than float32 (docs/performance.md); --dtype=float32 is faster here", file=sys.stderr)
     return rank, local_rank, world, cfg['device'], device_type
+
+
+def cpu_bf16():
+    """Whether this CPU computes bf16 natively: AMX tiles (matrix units) or AVX512-BF16."""
+    return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
 
 
 def teardown():

@@ -111,7 +111,8 @@ HELP = dict(
     min_lr='final learning rate', decay_lr='False: constant learning_rate',
     device="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:N'",
     fsdp="under torchrun: FSDP2, each rank holds 1/N of weights, gradients, optimizer state (harness/fsdp.py; docs/training.md)",
-    dtype="'auto' = bfloat16 on CUDA when supported, else float32", compile='torch.compile the model',
+    dtype="'auto' = bfloat16 on CUDA when supported, else float32 (a CPU too: bf16's numbers differ between CPUs); "
+          "'bfloat16' on a CPU: autocast, fp32 weights and optimizer state (the CPU configs' setting)", compile='torch.compile the model',
     seed='initialisation, dropout and data-sampling seed',
 )
 # What init_from='resume' may change. Every key is in exactly one of these sets (a test checks).

@@ -65,3 +65,44 @@ def test_every_choice_takes_steps_and_resumes_exactly(field, value):
     step(resumed, resumed_opt, batch)
     for (name, a), b in zip(model.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), f"{field}={value!r}: {name} differs after a resume"
+
+
+# bf16 on the CPU (train.py's dtype='bfloat16': autocast, master weights and optimizer state in fp32): for every
+# choice, the losses of steps in bf16 stay within BF16_TOLERANCE (relative) of the same steps in fp32 from the same
+# initialisation, and the weights, their gradients and the optimizer's state stay fp32.
+BF16_STEPS, BF16_TOLERANCE = 12, 0.02
+
+
+def steps_in(cfg, dtype, batches):
+    model, opt = build(cfg)
+    losses, autocast = [], torch.autocast('cpu', dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
+    seen = set()   # the dtype the blocks' first matrix computes in: bf16 under autocast, else the test compares fp32
+    model.transformer.h[0].attn.c_attn.register_forward_hook(lambda m, i, out: seen.add(out.dtype))
+    for x, y in batches:
+        with autocast:
+            loss = model(x, y)[1]
+        loss.backward()
+        assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    assert seen == {dtype}
+    return losses, model, opt
+
+
+@pytest.mark.parametrize('field,value', CASES, ids=[f'{f}={v}' for f, v in CASES])
+def test_every_choice_trains_in_bf16_as_in_fp32(field, value):
+    cfg = dict(train_config.DEFAULTS, n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, bias=True,
+               learning_rate=3e-3, weight_decay=0.1, **{field: value})
+    if field.startswith('orthoadam_'):
+        cfg['optimizer'] = 'orthoadam'
+    g = torch.Generator().manual_seed(2)
+    batches = [[torch.randint(0, 64, (8, 16), generator=g) for _ in range(2)]] * BF16_STEPS   # one batch, learnt
+    fp32, _, _ = steps_in(cfg, torch.float32, batches)
+    bf16, model, opt = steps_in(cfg, torch.bfloat16, batches)
+    gaps = [abs(a - b) / a for a, b in zip(fp32, bf16)]
+    assert max(gaps) <= BF16_TOLERANCE, f"{field}={value!r}: bf16 losses {bf16} against fp32 {fp32}"
+    assert fp32[-1] < fp32[0] and bf16[-1] < bf16[0]   # the steps learn: the comparison is not of two flat lines
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(t.dtype in (torch.float32, torch.int64) or t.dim() == 0 for s in opt.state.values() for t in s.values()
+               if isinstance(t, torch.Tensor))
