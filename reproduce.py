@@ -440,9 +440,12 @@ def _get(results, key):
 
 
 def read_results(run_dir):
-    """A run's analysis.json and quant.json. A file that cannot be read (e.g. truncated by a killed run) is named in one
-    warning line and left out: its cells show '–' and the other rows render."""
-    out = {}
+    """A run's analysis.json and quant.json, and the probes of its log.jsonl by iteration ({"300": probe, ...}). A
+    file that cannot be read (e.g. truncated by a killed run) is named in one warning line and left out: its cells
+    show '–' and the other rows render."""
+    from harness.runs import read_probes   # torch: only when rendering
+    log = os.path.join(run_dir, 'log.jsonl')
+    out = {'probe': {str(e['iter']): e['probe'] for e in read_probes(log)} if os.path.isfile(log) else {}}
     for source, name in (('analysis', 'analysis.json'), ('quant', 'quant.json')):
         path = os.path.join(run_dir, name)
         if os.path.isfile(path):
@@ -514,18 +517,19 @@ def draw_trajectories(name, runs, out):
     return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
 
 
-def draw_bb_dynamics(runs, out):
-    """<out>/bb_dynamics.png: the Bigram-Backcopy rows' probes at layer 0 against steps, beside Guo et al.'s released
-    curves (docs/results/bb-guo-reference.json; plots.plot_bb_dynamics); None when no run has a probe yet."""
+def draw_bb_dynamics(name, runs, out):
+    """<out>/<name>_dynamics.png: a Bigram-Backcopy table's rows' probes at layer 0 against steps, beside Guo et al.'s
+    released curves (docs/results/bb-guo-reference.json; plots.plot_bb_dynamics); None when no run has a probe yet."""
     from harness import plots
     with open(os.path.join(ROOT, 'docs', 'results', 'bb-guo-reference.json')) as f:
         reference = json.load(f)['curves']
     logs = [(f"{row.labels[0]} L, {row.labels[1]} + {row.labels[2]}", os.path.join(run.cfg['out_dir'], 'log.jsonl'),
-             run.cfg['n_layer']) for row in TABLES['bb'].rows for run in runs for t, r in run.rows if r is row]
+             run.cfg['n_layer']) for row in TABLES[name].rows for run in runs for t, r in run.rows if r is row]
     logs = [entry for entry in logs if os.path.isfile(entry[1])]
-    batch = {r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps'] for r in runs if r.config.startswith('bb/')}
-    note = f"; ours: batch {'/'.join(map(str, sorted(batch)))}, theirs 512"
-    return plots.plot_bb_dynamics(logs, reference, os.path.join(out, 'bb_dynamics.png'), note) if logs else None
+    ours = {(r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps'], r.cfg['learning_rate']) for r in runs
+            if any(t == name for t, _ in r.rows)}
+    note = f"; ours: {', '.join(f'batch {b}, LR {lr:g}' for b, lr in sorted(ours))}; theirs: batch 512, LR 3e-4"
+    return plots.plot_bb_dynamics(logs, reference, os.path.join(out, f'{name}_dynamics.png'), note) if logs else None
 
 
 def goal(runs, scale_name):
@@ -633,7 +637,8 @@ def main(argv=None):
             with atomic_write(os.path.join(out, f'{name}.md')) as f:
                 f.write(md + '\n')
             write_json(os.path.join(out, f'{name}.json'), doc, indent=1)
-            drawn = [draw_trajectories(name, runs, out)] + ([draw_bb_dynamics(runs, out)] if name == 'bb' else [])
+            drawn = [draw_trajectories(name, runs, out)]
+            drawn += [draw_bb_dynamics(name, runs, out)] if name in ('bb', 'bb_pilots') else []
             figures += [p for p in drawn if p]
             print(md + '\n')
         print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "

@@ -24,10 +24,12 @@ def _grid(size, model, n, numbers):
     return [Row(f'table2/{size}_{v}', (model, n) + flags[v], nums) for v, nums in numbers.items()]
 
 
-# Guo et al.'s released values at step 2,000 (attention on <s> from non-trigger queries, ||h_<s>|| after layer 0,
-# ||v_<s>|| in layer 0), for the rows they trained
-GUO_AT_2000 = {(1, 'softmax', 'adam'): (0.798, 32.2, 2.72), (3, 'softmax', 'adam'): (None, 43.2, None),
-               (3, 'softmax', 'sgd'): (None, 26.3, None), (3, 'relu', 'adam'): (None, 23.9, None)}
+# Guo et al.'s released values for their 1-layer softmax + Adam run (the only one with all three curves): attention on
+# <s> from non-trigger queries at step 300 and step 1,000, ||h_<s>|| after layer 0 and ||v_<s>|| in layer 0 at 1,000
+# (docs/results/bb-guo-reference.json)
+GUO_1L_ADAM = (0.560, 0.779, 27.0, 4.92)
+# the residual-peak pilots (config/bb/pilots/): name, attention, optimizer
+BB_PILOTS = (('3l_adam', 'softmax', 'Adam'), ('3l_sgd', 'softmax', 'SGD'), ('3l_orthoadam', 'softmax', 'OrthoAdam'))
 # the laptop pilots (config/laptop/pilots/): name, the lever against config/laptop/base.py
 LAPTOP_PILOTS = (('p01_bytes', 'the base at 1,500 steps: bytes, BOS at 0, T 256, 4 x 256, LR 2e-3, β2 0.95'),
                  ('p02_bb', "Bigram-Backcopy (Shakespeare's characters) instead of bytes, 1,500 steps"),
@@ -153,24 +155,36 @@ TABLES = {
          ('E_m[X_m,1,d]', 'analysis', 'max_abs_first', '.1f', False)),
         [Row(f'pilots/bos{b}_wd{w}', ('✓' if b else '✗', f'0.{w[1]}'), ()) for b in (0, 1) for w in ('01', '05')]),
     'bb': Table(
-        "Guo et al.'s Bigram-Backcopy (2024): the attention sink, the value-state drain and the residual-state peak in "
-        "1- and 3-layer models, and the fixes; ours after 2,000 steps of 8 sequences, theirs (their released curves) "
-        "after 2,000 steps of 512 (`<s>` = the first token; L0 = layer 0; peak and drain: `<s>` over the median token, "
-        "max and min over layers)",
+        "Guo et al.'s Bigram-Backcopy (2024) at their batch: the attention sink and the value-state drain in one layer, "
+        "and the fixes; ours after 1,000 steps of 512 sequences in bf16, theirs from their released curves (`<s>` = the "
+        "first token; L0 = layer 0; @300: the training probe at step 300, 64 sequences; the rest: analyze.py at the end; "
+        "peak and drain: `<s>` over the median token)",
         ('Layers', 'Attention', 'Optimizer'),
-        (('Attn on `<s>` (L0, non-trigger queries)', 'analysis', 'per_layer.first_attn_mass_nontrigger.0', '.3f', True),
+        (('Attn on `<s>` @300', 'probe', '300.per_layer.first_attn_mass_nontrigger.0', '.3f', True),
+         ('Attn on `<s>` (L0, non-trigger queries)', 'analysis', 'per_layer.first_attn_mass_nontrigger.0', '.3f', True),
          ('‖h_`<s>`‖ after L0', 'analysis', 'per_layer.resid_norm_first.0', '.1f', True),
          ('‖v_`<s>`‖ L0', 'analysis', 'per_layer.value_norm_first.0', '.2f', True),
          ('h peak', 'analysis', 'resid_peak', '.2f', False),
          ('v drain', 'analysis', 'value_drain_min', '.2f', False),
          ('PPL', 'analysis', 'ppl', '.3f', False)),
-        # theirs at step 2,000 (GuoTianYu2000/Active-Dormant-Attention 16b3593, BBM/figures/BBM/dynamics.pkl and
-        # massive_dynamics_sgd_relu.pt; docs/results/bb-guo-reference.json holds the curves): None where none released
-        [Row(f'bb/{layers}l_{attn}_{opt}', (str(layers), label, name), GUO_AT_2000.get((layers, attn, opt), (None,) * 3))
-         for layers in (1, 3) for attn, opt, label, name in (
-             ('softmax', 'adam', 'softmax', 'Adam'), ('softmax', 'sgd', 'softmax', 'SGD'),
-             ('relu', 'adam', 'ReLU', 'Adam'), ('softmax1', 'adam', 'softmax-1', 'Adam'),
-             ('softmax', 'orthoadam', 'softmax', 'OrthoAdam'), ('softmax1', 'orthoadam', 'softmax-1', 'OrthoAdam'))]),
+        [Row(f'bb/1l_{attn}_{opt}', ('1', label, name), GUO_1L_ADAM if (attn, opt) == ('softmax', 'adam') else (None,) * 4)
+         for attn, opt, label, name in (
+             ('softmax', 'adam', 'softmax', 'Adam'), ('relu', 'adam', 'ReLU', 'Adam'), ('softmax', 'sgd', 'softmax', 'SGD'),
+             ('softmax1', 'adam', 'softmax-1', 'Adam'), ('softmax', 'orthoadam', 'softmax', 'OrthoAdam'),
+             ('softmax1', 'orthoadam', 'softmax-1', 'OrthoAdam'))]),
+    'bb_pilots': Table(
+        "The residual-state peak in 3 layers (ours): Guo et al.'s 3-layer Bigram-Backcopy model at LR 2e-3 and batch "
+        "64 for 2,500 steps (theirs: 3e-4 and 512; their Adam run's `<s>` reached 4x the other tokens' norm after "
+        "layer 0 at 10,000 steps, SGD stayed flat); peak L0: `<s>`'s norm after layer 0 over the median token's",
+        ('Layers', 'Attention', 'Optimizer'),
+        (('peak L0', 'analysis', 'per_layer.resid_peak.0', '.2f', False),
+         ('‖h_`<s>`‖ after L0', 'analysis', 'per_layer.resid_norm_first.0', '.1f', False),
+         ('h peak', 'analysis', 'resid_peak', '.2f', False),
+         ('Attn on `<s>` (L0)', 'analysis', 'per_layer.first_attn_mass_nontrigger.0', '.3f', False),
+         ('Attn on `<s>` (L1)', 'analysis', 'per_layer.first_attn_mass_nontrigger.1', '.3f', False),
+         ('v drain', 'analysis', 'value_drain_min', '.2f', False),
+         ('PPL', 'analysis', 'ppl', '.3f', False)),
+        [Row(f'bb/pilots/{name}', ('3', attn, opt), ()) for name, attn, opt in BB_PILOTS]),
     'laptop_pilots': Table(
         "The laptop pilots (ours): Table 2's vanilla 60M row at the laptop scale (config/laptop/base.py), one lever "
         "changed per pilot; which setting shows the paper's phenomena on two CPU cores (peak: the first token's "

@@ -262,14 +262,32 @@ def test_laptop_scale_trains_config_laptop_base_for_each_60m_row_and_bb_as_writt
     """Table 2's vanilla 60M row at the laptop scale is config/laptop/base.py as train.py resolves it (its out_dir
     aside); the softmax-1 + OrthoAdam row is the same but for its attention and optimizer; the Bigram-Backcopy rows
     are their config files as written; rows of other sizes are left out."""
-    runs = {r.config: r for r in reproduce.plan(['table2', 'bb'], reproduce.SCALES['laptop'], str(tmp_path))}
+    runs = {r.config: r for r in reproduce.plan(['table2', 'bb', 'bb_pilots'], reproduce.SCALES['laptop'],
+                                                str(tmp_path))}
     assert sorted(c for c in runs if c.startswith('table2/')) == [f'table2/gpt2_60m_{v}' for v in ('oa', 's1', 's1oa',
                                                                                                     'vanilla')]
     base = reproduce.resolve('laptop/base', [])
     same = lambda a, b: {k for k in a if k != 'out_dir' and a[k] != b[k]}
     assert same(runs['table2/gpt2_60m_vanilla'].cfg, base) == set()
     assert same(runs['table2/gpt2_60m_s1oa'].cfg, base) == {'attn', 'optimizer'}
-    assert same(runs['bb/3l_relu_adam'].cfg, reproduce.resolve('bb/3l_relu_adam', [])) == set()
-    assert len([c for c in runs if c.startswith('bb/')]) == 12
+    assert same(runs['bb/1l_relu_adam'].cfg, reproduce.resolve('bb/1l_relu_adam', [])) == set()
+    assert same(runs['bb/pilots/3l_sgd'].cfg, reproduce.resolve('bb/pilots/3l_sgd', [])) == set()
+    assert len([c for c in runs if c.startswith('bb/')]) == 6 + 3
+    bb = runs['bb/1l_softmax_adam'].cfg   # Guo et al.'s batch of 512 sequences of 256 a step
+    assert (bb['batch_size'] * bb['gradient_accumulation_steps'], bb['block_size'], bb['learning_rate']) == (512, 256, 3e-4)
     assert reproduce._get({'per_layer': {'resid_norm_first': [24.0, 31.5]}}, 'per_layer.resid_norm_first.1') == 31.5
     assert reproduce._get({'per_layer': {'resid_norm_first': [24.0]}}, 'per_layer.resid_norm_first.3') is None
+
+
+def test_a_table_reads_a_training_probe_by_its_iteration(tmp_path):
+    """The Bigram-Backcopy table's '@300' column: the probe that train.py logged at iteration 300 (the last line of a
+    repeated iteration wins, as a resumed run logs it again); a run that has not reached it shows nothing."""
+    probe = lambda mass: {'per_layer': {'first_attn_mass_nontrigger': [mass]}, 'documents': 64}
+    lines = [{'event': 'eval', 'iter': 0, 'probe': probe(0.02)}, {'event': 'probe', 'iter': 300, 'probe': probe(0.4)},
+             {'event': 'probe', 'iter': 300, 'probe': probe(0.5)}, {'event': 'train', 'iter': 310, 'loss': 1.0}]
+    (tmp_path / 'log.jsonl').write_text(''.join(json.dumps(e) + '\n' for e in lines))
+    results = reproduce.read_results(str(tmp_path))
+    key = '300.per_layer.first_attn_mass_nontrigger.0'
+    assert reproduce._get(results['probe'], key) == 0.5
+    assert reproduce._get(results['probe'], key.replace('300', '600')) is None
+    assert reproduce.read_results(str(tmp_path / 'none'))['probe'] == {}
