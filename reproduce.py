@@ -49,7 +49,8 @@ from configurator import ConfigError, load_config
 from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
 from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from harness.paper_tables import TABLES
-from harness.recipe import check_goal, check_laptop_goal, goal_text, pack_runs, run_state, stopped_by
+from harness.recipe import (check_goal, check_laptop_goal, goal_text, laptop_measures, pack_runs, run_state,
+                            stopped_by)
 from harness.scales import SCALES, Scale, scaled_overrides
 from pinned_corpus.build import CorpusError, find_archive
 from pinned_corpus.prepare import prepare_bb_shakespeare, prepare_pinned
@@ -550,6 +551,9 @@ def goal(runs, scale_name):
                                                                        v.get('quant'), s.get('quant')),
                           'laptop goal' if laptop else 'sink goal')
     print('\n'.join(lines))
+    if laptop:   # shown, not required (recipe.check_laptop_goal says why)
+        for name, a, b in laptop_measures(v.get('analysis'), s.get('analysis'), v.get('quant'), s.get('quant')):
+            print(f"measured (not required): {name}: vanilla {_cell(a, '.4g')}, s1+OA {_cell(b, '.4g')}")
     return ok
 
 
