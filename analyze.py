@@ -42,9 +42,11 @@ Conventions (all metrics on the hidden state after each block's residual additio
   value_drain  per head, the value-state drain ||v_0||_2 / median_{t>0} ||v_t||_2 (documents with a rest; ours only);
                value_drain_min: per layer the smallest over its heads (the most drained head).
   first_attn_argmax  fraction of (query, head) pairs, query > 0 (query 0 can only see itself), whose
-               most-attended real key is key 0 (ties go to key 0), among the pairs whose row has some mass: a row of
+               most-attended real key is key 0, among the pairs whose row has some mass: a row of
                zeros (softpick, clipped softmax can give one) has no most-attended key and is left out (per layer:
-               the layer's such pairs; per head: the head's, NaN if it has none).
+               the layer's such pairs; per head: the head's, NaN if it has none). A tie is split: a row whose
+               largest weight k keys share counts 1/k when key 0 is one of them (1 only when key 0 is strictly the
+               largest; a uniform row over t + 1 keys counts 1/(t + 1), its mass).
   first_attn_mass    mean over (query > 0, head) of the attention probability on key 0 (sigmoid, relu: the weight
                as it is, not a probability; relu's can exceed 1).
   attn_nowhere       mean over (query > 0, head) of max(0, 1 - row sum): softmax-1's mass that went nowhere
@@ -67,7 +69,7 @@ Conventions (all metrics on the hidden state after each block's residual additio
                the first token is the first real token. The sink itself: sink_kurtosis, sink_max_abs (its
                kurtosis and max |x| per layer), sink_attn_mass (mean over every real query and head of its
                probability on the sink), sink_attn_argmax (the fraction of those whose most-attended key is
-               the sink, over the real keys too).
+               the sink, over the real keys too; a tie split as for first_attn_argmax).
   Summary numbers are E_m[...]: the unweighted mean of the per-layer values over the M layers, except
                resid_norm_first, resid_peak and max_over_median_first (the max over layers: where the peak is)
                and value_drain_min (the min over layers, i.e. over every (layer, head)). Per layer, the per-head
@@ -77,6 +79,8 @@ Conventions (all metrics on the hidden state after each block's residual additio
   ppl          exp of the mean next-token NLL over every predicted position (t and t+1 in the document; for ours
                with causal_free_prefix = k, t >= k - 1, as train.py's loss: earlier positions see their target).
 Metrics are running sums per layer (and head): memory does not depend on the number of documents.
+A model whose forward pass gives a NaN or an Inf (a hidden state or the logits) is not measured: one line says so
+(which block, which document, whether the weights hold NaN or Inf or float32 overflows), exit 1, no JSON.
 One batch holds every layer's (B, H, T, T) attention map: lower --batch_size for large models.
 
 JSON (--json PATH: a file for one model; a folder, one <label>.json per model, for several; the folder is
@@ -112,6 +116,7 @@ import sys
 
 from harness import provenance
 from harness.devices import choose_device
+from harness.entry import run_script
 from harness.fileio import check_output, path_arg, write_json
 from harness.measure import SINK_EPS, analyze, choose_bos, data_or_hint, default_batch_size, optimizer_basis
 from harness.plots import (plot_attention_layers, plot_attention_maps, plot_hidden_layers, plot_hidden_states,
@@ -239,4 +244,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main)

@@ -56,6 +56,7 @@ import torch
 from attention import attention, attention_probs, extra_key_attention, sink_route
 from harness.bench_report import attn_key, derive, report, spread, unreliable
 from harness.devices import peak_flops
+from harness.entry import run_script
 from harness.fileio import check_output, disk_full, disk_full_text, path_arg, write_json
 from harness.optimizers import configure_optimizer
 from harness.train_config import DEFAULTS
@@ -523,4 +524,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main)

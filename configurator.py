@@ -8,6 +8,7 @@ imported modules are ignored, so a file may compute values). A file may call inc
 relative to its own folder, to start from another file's settings and state only its differences.
 Several files may be given; later ones win, then the overrides. Every key must exist in the defaults
 (unknown keys are errors that suggest the closest known keys), every value must have the default's type (an int is accepted for a float;
+for an int, a whole number written as a float, 1e5 or 2.0e3, as the scripts' integer options take it, but not 2.5;
 a key whose default is None accepts anything), keys with choices must take one of them and keys with a range
 must lie in it. A range is written as an interval: '[1, inf)' (>= 1), '(0, inf)' (> 0), '[0, 1)'.
 """
@@ -59,6 +60,8 @@ def _check(key, value, defaults, choices, origin, ranges=None):
         ok = isinstance(value, expected) and not (isinstance(value, bool) and expected is not bool)
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             value, ok = float(value), True
+        if expected is int and isinstance(value, float) and math.isfinite(value) and value == int(value):
+            value, ok = int(value), True   # --max_iters=1e4: one rule for integers (harness.fileio.number's)
         if expected is tuple and isinstance(value, list):
             value, ok = tuple(value), True
         if not ok:

@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.entry import run_script
 from harness.fileio import PrepareError, disk_full, disk_full_text, number
 from pinned_corpus import audit as corpus_audit, build as pinned
 from pinned_corpus.build import ARCHIVE_FILE, CorpusError
@@ -186,4 +187,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

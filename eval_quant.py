@@ -66,6 +66,7 @@ import torch
 import torch.nn as nn
 
 from harness import devices, measure, provenance, runs, tables
+from harness.entry import run_script
 from harness.fileio import check_output, model_label, path_arg, portable_path, write_json
 
 PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
@@ -391,4 +392,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main)

@@ -45,6 +45,7 @@ import sys
 import torch
 
 from harness import runs
+from harness.entry import run_script
 from harness.fileio import (MARK, PrepareError, atomic_write, check_output, disk_full, disk_full_text, mark_folder,
                             own_files, path_arg, remove_temporaries, temporary_folder)
 from harness.tokenizer import (EOT_TEXT, GPT2_PAT, gpt2_ranks_file, load_tokenizer, read_tiktoken_ranks,
@@ -293,4 +294,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main)

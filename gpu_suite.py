@@ -39,6 +39,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -46,6 +47,7 @@ import time
 import xml.etree.ElementTree as ET
 
 from harness import bench_report
+from harness.entry import run_script, start_child, stop_child
 from harness.fileio import atomic_write, check_output, path_arg, write_json
 from pinned_corpus.build import ARCHIVE_FILE, find_archive
 
@@ -66,10 +68,12 @@ def run_part(name, cmd, logfile, timeout):
     with open(logfile, 'a') as f:
         f.write(f"$ {' '.join(cmd)}\n")
         f.flush()
+        proc = start_child(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                           env=dict(os.environ, PYTHONUNBUFFERED='1'))
         try:
-            rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
-                                env=dict(os.environ, PYTHONUNBUFFERED='1')).returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            stop_child(proc, signal.SIGKILL)   # the part and every process it started (its group)
             rc = 124
             f.write(f"\n[gpu_suite] stopped after {timeout} s\n")
     wall = time.time() - t0
@@ -321,4 +325,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_script(main)

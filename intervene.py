@@ -53,6 +53,7 @@ from contextlib import contextmanager
 import torch
 
 from harness import devices, measure, runs, tables
+from harness.entry import run_script
 from harness.fileio import check_output, model_label, path_arg, write_json
 from model import GPT
 
@@ -305,4 +306,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main)

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 from harness import devices, measure, runs
 from harness.dataset import iter_documents
+from harness.entry import run_script
 from harness.fileio import PrepareError, Progress, check_output, model_label, number, path_arg, write_json
 from harness.tokenizer import load_tokenizer, tokenizer_mismatch
 
@@ -254,4 +255,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main)

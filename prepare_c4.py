@@ -105,11 +105,13 @@ import time
 
 from harness.dataset import (SPLITS, load_meta, prepare_bigram_backcopy, prepare_c4, prepare_installed_docstrings,
                              prepare_wikitext2)
+from harness.entry import run_script
 from harness.fileio import PrepareError, disk_full, disk_full_text, number, path_arg
 from pinned_corpus.build import CorpusError
 from pinned_corpus.prepare import prepare_bb_shakespeare, prepare_pinned
 
 count = number(int, 1)   # argparse type: a positive count, written 100000, 100_000 or 1e5 (1e400 is refused)
+STOPPED = "finished splits are kept; run the same command again to resume"   # the end of the line a signal prints
 
 
 def main(argv=None):
@@ -195,9 +197,6 @@ def main(argv=None):
             print(f"error: cannot write {e.filename or a.out_dir} ({e.strerror}): choose a writable --out_dir; "
                   f"finished splits are kept", file=sys.stderr)
         raise SystemExit(2)
-    except KeyboardInterrupt:
-        print("interrupted: finished splits are kept; run the same command again to resume", file=sys.stderr)
-        raise SystemExit(130)
     meta = load_meta(out)
     sizes = ", ".join(f"{s} {meta['splits'][s]['documents']:,} docs / {meta['splits'][s]['tokens']:,} tokens"
                       for s in SPLITS)
@@ -205,4 +204,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, note=STOPPED)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
 from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
+from harness.entry import run_script, start_child, stopping
 from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from harness.paper_tables import TABLES
 from harness.recipe import (check_goal, check_laptop_goal, goal_text, laptop_measures, pack_runs, run_state,
@@ -132,10 +133,10 @@ def existing_runs(out):
 
 def row_selected(config, words):
     """--rows: a WORD that names a row exactly (its config, e.g. table2/gpt2_60m_s1, or the name alone) selects that
-    row alone; any other WORD, every row whose config contains it (gpt2_60m: the four 60M rows)."""
+    row alone; any other WORD, every row whose config contains it (gpt2_60m: the four 60M rows). A row's config may
+    be folders deep (laptop/pilots/p07_archive): its name alone or any tail of whole folders names it."""
     names = {c for t in TABLES.values() for r in t.rows for c in (r.config, r.config.split('/')[-1])}
-    return any(config in (word, config.split('/', 1)[0] + '/' + word) if word in names else word in config
-               for word in words)
+    return any(config == word or config.endswith('/' + word) if word in names else word in config for word in words)
 
 
 def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
@@ -168,8 +169,13 @@ def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
             run.rows.append((name, row))
     for name, configs in left_out.items():
         print(f"{name}: not at this scale: {', '.join(configs)}", file=sys.stderr)
-    if not runs:
+    if not runs and row_filter:
         raise SweepError(f"--rows {' '.join(row_filter)} matches no row of {', '.join(tables)} at this scale")
+    if not runs:
+        fits = [n for n, other in SCALES.items() if any(scaled_overrides(resolve(r.config, []), other, r.steps, t)
+                                                         is not None for t in tables for r in TABLES[t].rows)]
+        raise SweepError(f"no row of {', '.join(tables)} runs at this scale (the line above lists them); "
+                         f"--scale {' or '.join(fits)} runs {'them' if len(tables) == 1 else 'some'}")
     return runs
 
 
@@ -186,11 +192,11 @@ def scale_dataset(scale: Scale):
     return scale.datasets[-1] if scale.datasets else None
 
 
-def ensure_data(runs):
+def ensure_data(runs, dry_run=False):
     """Check every dataset the runs read; the ones a scale names by default are prepared when missing (seconds to a
     minute): the Bigram-Backcopy tasks, the bytes of the pinned corpus's CPU subset, and its archive subset in GPT-2
     tokens or in bytes (from corpus-archive.jsonl.xz in data/ or the working directory, else from its registry
-    artifacts)."""
+    artifacts). dry_run: one line per dataset that is not ready, saying what the runs would do, and nothing done."""
     for dataset in dict.fromkeys(r.cfg['dataset'] for r in runs):
         d = data_dir(dataset)
         try:
@@ -198,6 +204,7 @@ def ensure_data(runs):
             continue
         except ValueError as e:
             problem = str(e)
+        where = '' if d in problem else f" (the runs read {d})"
         archive = find_archive() if dataset in ('pinned_archive', 'pinned_archive_bytes') else None
         from_archive = f' --corpus_archive {archive}' if archive else ''
         how = {'bigram_backcopy': ('bigram_backcopy', lambda: prepare_bigram_backcopy(d)),
@@ -207,13 +214,19 @@ def ensure_data(runs):
                'pinned_archive_bytes': ('pinned --subset archive --tokenizer bytes' + from_archive,
                                         lambda: prepare_pinned(d, 'archive', archive, tokenizer='bytes'))}.get(dataset)
         if not os.path.exists(os.path.join(d, 'meta.json')) and how:
-            print(f"preparing {d} (python prepare_c4.py --source {how[0]} --out_dir {d})", file=sys.stderr)
+            print(f"{'data: not prepared yet: a run would prepare' if dry_run else 'preparing'} {d} (python "
+                  f"prepare_c4.py --source {how[0]} --out_dir {d})", file=sys.stderr)
+            if dry_run:
+                continue
             try:
                 how[1]()
             except (PrepareError, CorpusError) as e:
-                raise SweepError(f"{e} (the runs read data/{dataset})") from None
+                raise SweepError(f"{e}{'' if d in str(e) else where}") from None
             continue
-        raise SweepError(f"{problem} (the runs read data/{dataset})")
+        if dry_run:
+            print(f"data: a run would stop here: {problem}{where}", file=sys.stderr)
+            continue
+        raise SweepError(f"{problem}{where}")
 
 
 H100_MFU = 0.30   # vanilla 60M and 130M steps reached 30-35% of the H100's bf16 peak (docs/performance.md)
@@ -364,7 +377,7 @@ def _subprocess(run, step, cmd, env, echo):
     with open(path, 'a') as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+        proc = start_child(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
         for line in proc.stdout:
             log.write(line)
             error = line.strip() if line.startswith('error:') else error
@@ -373,9 +386,10 @@ def _subprocess(run, step, cmd, env, echo):
             elif line.startswith('iter ') and time.time() - last >= 60:
                 last = time.time()
                 print(f"  {run.name}: {line.strip()}", file=sys.stderr, flush=True)
-    if proc.wait() != 0 and stopped_by(proc.returncode):   # not finished, not failed: no further job of the chain
-        raise Interrupted(f"{run.name}: {step} stopped by {stopped_by(proc.returncode).name} (exit {proc.returncode});"
-                          f" the same command continues it", stopped_by(proc.returncode))
+    stopped = proc.wait() != 0 and (stopped_by(proc.returncode) or stopping())   # torchrun exits 1 on a signal
+    if stopped:   # not finished, not failed: no further job of the chain
+        raise Interrupted(f"{run.name}: {step} stopped by {stopped.name} (exit {proc.returncode}); the same command "
+                          f"continues it", stopped)
     if proc.returncode != 0:
         raise SweepError(f"{run.name}: {step} failed (exit {proc.returncode}{': ' + error if error else ''}); "
                          f"see {path}")
@@ -614,6 +628,7 @@ def main(argv=None):
         runs = plan(args.tables, scale, out, args.rows, args.dataset)
         print('\n'.join(describe(runs, scale)), file=sys.stderr, flush=True)
         if args.dry_run:
+            ensure_data(runs, dry_run=True)   # says which data is missing, prepares nothing
             for run in runs:
                 state = status(run)
                 for step, cmd in commands(run, scale, args.nproc):
@@ -663,10 +678,7 @@ def main(argv=None):
                      f"above say which part)")
     except SweepError as e:
         sys.exit(f'reproduce.py: error: {e}')
-    except KeyboardInterrupt:   # Ctrl-C reaches train.py too, which writes its checkpoint
-        print("reproduce.py: interrupted (SIGINT); the same command continues", file=sys.stderr)
-        sys.exit(130)
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main, note='the same command continues')   # a signal reaches train.py through it: its checkpoint

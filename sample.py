@@ -30,6 +30,7 @@ import time
 import torch
 
 from harness.devices import choose_device
+from harness.entry import run_script
 from harness.fileio import PrepareError, path_arg
 from harness.runs import check_ckpt, load_gpt
 from harness.tokenizer import load_tokenizer
@@ -53,10 +54,15 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=0, generator=Non
     the cache holds block_size tokens, the context is cropped to the last block_size tokens and a new cache starts."""
     block, sink = model.config.block_size, model.config.sink_token
     cache, new = None, idx[:, -block:]
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         if cache is not None and len(cache) - sink == block:   # no position left: crop and recompute
             cache, new = None, idx[:, -block:]
         logits, cache = model.forward_cached(new, cache)
+        if not bool(torch.isfinite(logits[:, -1]).all()):   # multinomial would fail, argmax would pick a NaN
+            broken = any(not bool(torch.isfinite(w).all()) for w in model.parameters())
+            raise ValueError(f"the model's logits are NaN or Inf at generated token {step + 1}: "
+                             f"{'its weights hold NaN or Inf' if broken else 'float32 overflows in its forward pass'}"
+                             f" (a broken model, or one that diverged: sample an earlier checkpoint)")
         new = next_token(logits[:, -1], temperature, top_k, generator)
         idx = torch.cat((idx, new), dim=1)
     return idx
@@ -147,4 +153,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main)

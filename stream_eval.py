@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.devices import choose_device
+from harness.entry import run_script
 from harness.fileio import PrepareError, check_output, model_label, path_arg, portable_path, read_json, write_json
 from harness.measure import check_data, choose_bos, data_or_hint
 from harness.plots import _pyplot, _save
@@ -291,4 +292,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main)

@@ -36,6 +36,7 @@ from configurator import ConfigError, describe, load_config
 from harness import fsdp, measure, provenance
 from harness.devices import (agree, all_reduce, any_rank, device_problem, lost_peer, lost_peer_text, peak_flops,
                              rank_share, report_error, setup_distributed, teardown)
+from harness.entry import run_script
 from harness.fileio import disk_full, disk_full_text, duration
 from harness.optimizers import configure_optimizer, get_lr, set_hyperparameters, set_lr
 from harness.runs import (LoadedModel, check_model_args, check_out_dir, check_resume, file_state, load_checkpoint,
@@ -482,7 +483,7 @@ def eval_and_save(r):
     val_loss, val_ppl, n = evaluate(r.model, r.paths['val'], r.meta, cfg, r.rank, r.world, r.device, r.autocast)
     event = {'event': 'eval', 'iter': r.iter_num, 'val_loss': val_loss, 'val_ppl': val_ppl, 'val_tokens': n,
              'tokens': r.iter_num * r.tokens_per_iter}
-    measured = probe_now(r)
+    measured = probe_now(r) if math.isfinite(val_loss) else None   # a non-finite model: the divergence check says so
     if measured is not None:
         event['probe'] = measured
     r.log(event)
@@ -685,4 +686,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv[1:]))
+    run_script(main, sys.argv[1:])

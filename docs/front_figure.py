@@ -1,12 +1,15 @@
 """The README's figure: for each model, its hidden-state channels (Fig. 1b) beside its attention map (Fig. 1a), both of
 the first validation document, composed from the figures analyze.py --plots drew (no model runs, no network):
 
-    python docs/front_figure.py                                           # SmolLM2's row -> docs/figures/front.png
-    python docs/front_figure.py docs/figures/smollm2 docs/figures/laptop  # one row per folder, in that order
+    python docs/front_figure.py                          # SmolLM2 on the pinned corpus -> docs/figures/front.png
+    python docs/front_figure.py docs/figures/smollm2-pinned docs/figures/laptop --out F.png   # a row per folder
 
 Each folder holds analyze.py --plots output for one model: hidden_states.png, and attention_map.png or else
 attention_layers.png, whose first panel (mean over layers) is the same map. The pixels are copied, not redrawn or
 resampled, so the figure says exactly what those figures say; run this again after analyze.py redraws them.
+The output is a function of those PNG files: run on docs/figures/smollm2-pinned (the default) it writes the tracked
+docs/figures/front.png byte for byte, with the same matplotlib (its version is written in the PNG's Software field).
+A figure that is not a whole PNG is a one-line error, nothing written.
 """
 import argparse
 import os
@@ -16,6 +19,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+from harness.entry import run_script  # noqa: E402
 from harness.fileio import atomic_write, check_output, disk_full, disk_full_text  # noqa: E402
 
 GAP = 24          # white pixels between panels and between rows
@@ -56,7 +60,6 @@ def first_panel(img):
 
 
 def row(folder):
-    import matplotlib.image as mpimg
     need = ['hidden_states.png']
     attn = os.path.join(folder, 'attention_map.png')
     if not os.path.exists(attn):
@@ -64,11 +67,24 @@ def row(folder):
     for name in need:
         if not os.path.exists(os.path.join(folder, name)):
             sys.exit(f"front_figure.py: error: {folder} has no {name}; draw it with analyze.py ... --plots {folder}")
-    hidden = mpimg.imread(os.path.join(folder, 'hidden_states.png'))[..., :3]
-    attention = mpimg.imread(attn)[..., :3]
+    hidden, attention = read_png(os.path.join(folder, 'hidden_states.png')), read_png(attn)
     if attn.endswith('attention_layers.png'):
         attention = first_panel(attention)
     return side_by_side([hidden, attention])
+
+
+def read_png(path):
+    """The RGB pixels (H, W, 3) of a PNG file in [0, 1]; a file that is not a whole PNG (cut short, another format,
+    text) is a one-line exit."""
+    import matplotlib.image as mpimg
+    try:
+        img = mpimg.imread(path, format='png')
+    except (OSError, SyntaxError, ValueError) as e:   # PIL: 'image file is truncated', 'not a PNG file'
+        sys.exit(f"front_figure.py: error: {path} is not a whole PNG file ({type(e).__name__}: {e}); draw it again "
+                 f"with analyze.py ... --plots {os.path.dirname(path) or '.'}")
+    if img.ndim == 2:                                  # greyscale
+        img = np.repeat(img[..., None], 3, axis=-1)
+    return img[..., :3].astype(np.float32) if img.dtype.kind == 'f' else img[..., :3] / np.float32(255)
 
 
 def pad(img, height=None, width=None):
@@ -89,8 +105,9 @@ def side_by_side(imgs):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('folders', nargs='*', default=[os.path.join(HERE, 'figures', 'smollm2')],
-                   help='one folder of analyze.py --plots figures per row (default: docs/figures/smollm2)')
+    p.add_argument('folders', nargs='*', default=[os.path.join(HERE, 'figures', 'smollm2-pinned')],
+                   help='one folder of analyze.py --plots figures per row (default: docs/figures/smollm2-pinned, '
+                        'the README\'s figure)')
     p.add_argument('--out', default=os.path.join(HERE, 'figures', 'front.png'), help='the PNG to write')
     args = p.parse_args()
     inputs = [os.path.join(f, name) for f in args.folders
@@ -117,4 +134,4 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    run_script(main)

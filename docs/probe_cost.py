@@ -16,6 +16,7 @@ sys.path.insert(0, os.getcwd())
 import torch  # noqa: E402
 
 import train  # noqa: E402
+from harness.entry import run_script  # noqa: E402
 
 
 def timed_run(argv):
@@ -63,5 +64,9 @@ def gpt2_130m():
           f"share {probe / between:.1e}")
 
 
+def main():
+    return gpt2_130m() if sys.argv[1:] == ['--gpt2_130m'] else timed_run(sys.argv[1:])
+
+
 if __name__ == '__main__':
-    sys.exit(gpt2_130m() if sys.argv[1:] == ['--gpt2_130m'] else timed_run(sys.argv[1:]))
+    run_script(main)

@@ -19,20 +19,17 @@ import torch  # noqa: E402
 
 from harness import measure  # noqa: E402
 from harness.dataset import iter_documents  # noqa: E402
+from harness.entry import run_script  # noqa: E402
 from harness.runs import wrap_hf  # noqa: E402
 from model import load_hf  # noqa: E402
 
-spec, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-batch = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-hf = load_hf(spec)
 
-
-def report(name, seconds, ppl):
+def report(name, seconds, ppl, n):
     print(json.dumps(dict(name=name, docs=n, seconds=round(seconds, 1), docs_per_s=round(n / seconds, 3), ppl=ppl)),
           flush=True)
 
 
-def loop(analysis):
+def loop(hf, spec, data, n, analysis):
     """The plain loop: one document per forward pass, block outputs by hooks, the same metrics (Stats)."""
     lm = wrap_hf(hf, spec)
     stats, nll, count, t = None, 0.0, 0, time.time()
@@ -53,12 +50,20 @@ def loop(analysis):
     return time.time() - t, math.exp(nll / count)
 
 
-report('plain loop, analysis', *loop(True))
-lm = wrap_hf(hf, spec)
-t = time.time()
-result, _ = measure.analyze(lm, data, n, batch, 'cpu')
-report(f'analyze.py, batch {batch}', time.time() - t, result['ppl'])
-report('plain loop, perplexity only', *loop(False))
-t = time.time()
-ppl = measure.perplexity(lm, data, n, batch, 'cpu')
-report(f'eval_quant.py full-precision pass, batch {batch}', time.time() - t, ppl)
+def main():
+    spec, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    batch = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    hf = load_hf(spec)
+    report('plain loop, analysis', *loop(hf, spec, data, n, True), n)
+    lm = wrap_hf(hf, spec)
+    t = time.time()
+    result, _ = measure.analyze(lm, data, n, batch, 'cpu')
+    report(f'analyze.py, batch {batch}', time.time() - t, result['ppl'], n)
+    report('plain loop, perplexity only', *loop(hf, spec, data, n, False), n)
+    t = time.time()
+    ppl = measure.perplexity(lm, data, n, batch, 'cpu')
+    report(f'eval_quant.py full-precision pass, batch {batch}', time.time() - t, ppl, n)
+
+
+if __name__ == '__main__':
+    run_script(main)

@@ -19,8 +19,8 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from harness import provenance
-from harness.fileio import (PrepareError, Progress, atomic_write, check_output, file_sha256, lock_folder, read_json,
-                            release_lock, remove_temporaries, write_json)
+from harness.fileio import (MARK, PrepareError, Progress, atomic_write, check_output, file_sha256, lock_folder,
+                            read_json, release_lock, remove_temporaries, write_json, written_by)
 from harness.sources import (MIN_DOC_CHARS, VAL_PERCENT, bigram_backcopy_documents, c4_texts, docstring_documents,
                              docstring_splits, find_c4_shards, wikitext_files, wikitext_texts)
 from harness.tokenizer import Tokenizer, encode_stream, load_tokenizer
@@ -97,7 +97,8 @@ def prepare_command(args: dict, out_dir) -> str | None:
     elif source in ("bigram_backcopy", "bb_shakespeare"):   # the command line sets only val_docs; the rest: defaults
         defaults = (BB_SHAKESPEARE if source == "bb_shakespeare" else
                     {k: p.default for k, p in inspect.signature(prepare_bigram_backcopy).parameters.items()})
-        if any(args.get(k) != defaults[k] for k in args if k not in ("source", "val_docs", "manifest_sha256")):
+        if any(k not in defaults or args[k] != defaults[k] for k in args   # a key it does not know: no command
+               if k not in ("source", "val_docs", "manifest_sha256")):
             return None
         cmd += ["--source", source, "--val_docs", str(args["val_docs"])]
     else:
@@ -183,6 +184,10 @@ def prepare(out_dir, tok: Tokenizer, args: dict, source: str, description: str, 
         out = Path(check_output(str(out_dir), "--out_dir", folder=True, make=True))
     except ValueError as e:
         raise PrepareError(str(e)) from None
+    other = written_by(out)   # fileio's rule: a folder another program marked is its output (train.py refuses it too)
+    if other not in (None, "prepare_c4.py"):
+        raise PrepareError(f"{out} is an output of {other} (its {MARK} says so): token files there would mix with "
+                           f"its files (and train.py refuses such a folder); choose another --out_dir")
     try:   # one preparation per folder at a time: a second one would rename the first one's files away
         lock = lock_folder(out, wait=False)
     except BlockingIOError:

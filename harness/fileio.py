@@ -196,9 +196,11 @@ def atomic_write(path, mode="w", sync=False, **kwargs):
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)
+        if isinstance(e, OSError) and e.filename is None:   # a write's error names no file: the one line names path
+            e.filename = os.fspath(path)
         raise
 
 

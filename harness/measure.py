@@ -7,12 +7,14 @@ import json
 import math
 import os
 import re
+import shlex
 from typing import Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from harness import dataset
 from harness.dataset import iter_documents, load_meta
 from harness.fileio import Progress, model_label, portable_path
 from harness.runs import LoadedModel
@@ -130,31 +132,43 @@ def check_data(data_dir, lm):
     one (ids of a test sentence, tokenizer.tokenizer_mismatch), and token ids within the model's vocabulary."""
     meta = load_meta(data_dir)
     problem = tokenizer_mismatch(meta.get('tokenizer_info'), lm.tokenizer)
+    name = (lm.tokenizer or {}).get('name')
+    if problem is None and meta.get('tokenizer') in TASKS and name not in (None, meta['tokenizer']):
+        problem = (f"it is the {meta['tokenizer']} task, in a vocabulary of its own, but {lm.name} was trained with "
+                   f"{name}")
     if problem is None and meta['vocab_size'] > lm.vocab_size:
         problem = (f"it was tokenised with {meta['tokenizer']} (vocab_size {meta['vocab_size']}) but {lm.name} has "
                    f"vocab_size {lm.vocab_size}: the data was tokenised for another vocabulary")
     if problem:
-        raise ValueError(f"{data_dir} does not fit {lm.name}: {problem}; make data in its vocabulary with "
-                         f"{prepare_command(lm, meta, data_dir)}")
+        command = prepare_command(lm, meta, data_dir)
+        trained = f"the data it was trained on, {portable_path(lm.data)}" if lm.data else None
+        advice = (f"make data in its vocabulary with {command}" + (f" (or measure it on {trained})" if trained else '')
+                  if command else f"measure it on {trained}" if trained else
+                  "measure it on data prepared with the tokenizer it was trained with")
+        raise ValueError(f"{data_dir} does not fit {lm.name}: {problem}; {advice}")
     return meta
 
 
+TASKS = ('bigram_backcopy', 'bb_shakespeare')   # prepare_c4.py sources whose data has a vocabulary of its own
+
+
 def prepare_command(lm, meta, data_dir):
-    """The prepare_c4.py command that writes the data of `meta` (same source) in the model's vocabulary."""
-    if lm.kind == 'hf':
-        tokenizer = f'hf:{lm.name}'
-    else:
-        tokenizer = (lm.tokenizer or {}).get('name') or '<the tokenizer it was trained with>'
-    args = meta.get('args') or {}
-    source = {'installed_docstrings': '--source installed_docstrings', 'offline': '--source installed_docstrings',
-              'pinned': '--source pinned', 'bigram_backcopy': '--source bigram_backcopy',
-              'wikitext2': '--source wikitext2'}.get(args.get('source'), '')
-    if args.get('data_files'):
-        source = '--data_files ' + ' '.join(args['data_files'])
-    if args.get('wikitext_dir'):
-        source += f" --wikitext_dir {args['wikitext_dir']}"
+    """The prepare_c4.py command that writes data in the model's vocabulary: the data of `meta` (its source and
+    settings, dataset.prepare_command) in the model's tokenizer; for a model of a task with a vocabulary of its own
+    (TASKS: its tokenizer is the task's name), that task's data; for a text model and a task's data, the pinned
+    corpus. None when the model's tokenizer is unknown or none prepare_c4.py has."""
+    name = f'hf:{lm.name}' if lm.kind == 'hf' else (lm.tokenizer or {}).get('name')
     out = f"{str(data_dir).rstrip('/')}_{run_label(lm.name)}"
-    return ' '.join(x for x in ('python prepare_c4.py', source, f'--tokenizer {tokenizer}', f'--out_dir {out}') if x)
+    if name in TASKS:
+        return shlex.join(['python', 'prepare_c4.py', '--source', name, '--out_dir', out])
+    if not isinstance(name, str) or not (name in ('gpt2', 'bytes') or name.startswith('hf:')
+                                         or name.endswith('.tiktoken')):
+        return None    # prepare_c4.py --tokenizer takes no other name
+    args = meta.get('args') if isinstance(meta.get('args'), dict) else {}
+    command = (dataset.prepare_command({**args, 'tokenizer': name}, out)
+               if args.get('source') not in TASKS else None)
+    return command or shlex.join(['python', 'prepare_c4.py', '--source', 'pinned', '--tokenizer', name,
+                                  '--out_dir', out])
 
 
 def data_or_hint(data_dir, hf_spec=None):
@@ -265,6 +279,16 @@ def pearson(a, b):
     return float((a * b).sum() / den) if den > 0 else None
 
 
+def first_share(p, top=None):
+    """Per row of attention weights p (..., T): key 0's share of the row's most-attended key. A tie is split: a row
+    whose largest weight k keys share counts 1/k for each of them (a uniform row over t + 1 keys gives key 0
+    1/(t + 1), as its mass does), so key 0 counts 1 only when it is strictly the largest. float64; NaN for a row
+    with a NaN (no most-attended key)."""
+    top = p.amax(-1) if top is None else top
+    at_top = p == top[..., None]
+    return torch.where(at_top[..., 0], 1 / at_top.sum(-1, dtype=torch.float64), 0).masked_fill(top.isnan(), math.nan)
+
+
 class Stats:
     """Running sums of every metric, per layer (attention: per layer and head), and of the NLL."""
 
@@ -310,13 +334,14 @@ class Stats:
         q = rest[:, None, :]                                                     # queries > 0, (B, 1, T)
         n_tokens = mask.sum(1, keepdim=True).clamp_min(1)                        # (B, 1)
         for m, p in enumerate(attn):
-            # a row with no mass at all (softpick, clipped softmax can give one) has no most-attended key: argmax
-            # would name key 0 (ties go to key 0); it is left out of first_attn_argmax and counted in attn_empty
-            empty = (p.amax(-1) <= 0) & q
+            # a row with no mass at all (softpick, clipped softmax can give one) has no most-attended key: it is left
+            # out of first_attn_argmax and counted in attn_empty
+            top = p.amax(-1)
+            empty = (top <= 0) & q
             attending = q & ~empty
             self.attending[m] += attending.sum((0, 2)).cpu()
             s['attn_empty'][m] += empty.sum((0, 2)).cpu()
-            s['first_attn_argmax'][m] += ((p.argmax(-1) == 0) & attending).sum((0, 2)).cpu()
+            s['first_attn_argmax'][m] += torch.where(attending, first_share(p, top), 0).sum((0, 2)).cpu()
             s['first_attn_mass'][m] += torch.where(q, p[..., 0].double(), 0).sum((0, 2)).cpu()
             row = p.sum(-1, dtype=torch.float64)
             s['attn_nowhere'][m] += torch.where(q, (1 - row).clamp_min(0), 0).sum((0, 2)).cpu()
@@ -356,7 +381,8 @@ class Stats:
             s['sink_max_abs'][m] += a[docs].sum().cpu()
         for m, (p, a) in enumerate(zip(sink['attn'], attn)):
             s['sink_attn_mass'][m] += torch.where(q, p.double(), 0).sum((0, 2)).cpu()
-            s['sink_attn_argmax'][m] += ((p >= a.amax(-1)) & q).sum((0, 2)).cpu()
+            ties = (a == p[..., None]).sum(-1, dtype=torch.float64)                 # real keys as large as the sink
+            s['sink_attn_argmax'][m] += torch.where((p >= a.amax(-1)) & q, 1 / (1 + ties), 0).sum((0, 2)).cpu()
 
     def result(self):
         """Summary numbers, per-layer lists and per-head lists (NaN where nothing was counted)."""
@@ -427,6 +453,27 @@ def default_batch_size(device):
     return 8 if device.startswith('cuda') else 1
 
 
+def check_finite(lm: LoadedModel, logits, hidden, numbers):
+    """A ValueError, one line, when the forward pass gave a NaN or an Inf (in a hidden state or the logits): a broken
+    model has no first-token attention or kurtosis, and its attention rows would count as sinks. By min and max,
+    which carry a NaN, so no copy of the logits is made."""
+    def finite(x):
+        lo, hi = torch.aminmax(x.detach())
+        return bool(torch.isfinite(lo) & torch.isfinite(hi))
+    where = next(((f'the hidden state after block {m + 1}', h) for m, h in enumerate(hidden) if not finite(h)),
+                 None if finite(logits) else ('the logits', logits))
+    if where is None:
+        return
+    where, x = where
+    row = int((~torch.isfinite(x)).flatten(1).any(1).nonzero()[0])
+    bad = [n for n, p in lm.model.named_parameters() if not bool(torch.isfinite(p).all())]
+    why = (f"its weights hold NaN or Inf ({bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})" if bad else
+           "its weights are finite but too large: float32 overflows")
+    raise ValueError(f"{lm.name}: the forward pass gives non-finite values (NaN or Inf) in {where} on validation "
+                     f"document {numbers[row]}: {why}; nothing is measured (a broken model, or one that diverged: "
+                     f"measure an earlier checkpoint)")
+
+
 def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: int, device: str, quiet=False,
             sink_eps=SINK_EPS, on_batch=None):
     """(JSON-ready result dict, plot data of the first document) for one model; quiet: no progress lines.
@@ -440,6 +487,7 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
         if on_batch is not None:
             on_batch(mask)
         logits, hidden, attn, sink, values = forward_trace(lm, idx)
+        check_finite(lm, logits, hidden, numbers)
         stats = stats or Stats(len(hidden), attn[0].size(1), sink_eps)
         queries = None if triggers is None else ~torch.isin(idx, triggers.to(idx.device))
         stats.update(hidden, attn, mask, sink, values, queries)

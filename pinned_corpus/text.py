@@ -289,12 +289,20 @@ def ocr_line(line: str) -> bool:
             or sum(c.isalnum() for c in s) < 0.5 * len(s.replace(" ", "")) or plausible < 0.5 * len(words))
 
 
-INDENT = re.compile(r"^[ \t]+", re.M)   # spaces and tabs named: \s would follow the Unicode tables of the Python
+INDENT = re.compile(r"^[ \t\f\v]+", re.M)   # spaces, tabs, page breaks named: \s follows Python's Unicode tables
+
+
+def unix_lines(text: str) -> str:
+    """Windows' (\\r\\n) and old Mac (\\r) line ends as \\n, before anything reads the text line by line (normalise
+    does the same, but after the readers: a reader's ^ would not see the lines)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def flush_left(text: str) -> str:
-    """Every line without its leading spaces and tabs; line breaks kept (a verse line stays a line)."""
-    return INDENT.sub("", text)
+    """Every line without its leading spaces and tabs, and a form feed or vertical tab among them (a page break
+    before a line is no indentation either: normalise would delete it and leave the spaces); line breaks kept (a verse
+    line stays a line), \\r and \\r\\n read as line breaks first."""
+    return INDENT.sub("", unix_lines(text))
 
 
 def plain_to_text(text: str) -> str:
@@ -303,6 +311,7 @@ def plain_to_text(text: str) -> str:
     and licence footer are cut off, and its emphasis marks (~word~, _word_) dropped. A transcription of page scans
     (### START: X.tif.txt ### markers) is prose: its scan furniture and recognition noise go (ocr_line) and its
     lines are joined."""
+    text = unix_lines(text)
     start = GUTENBERG_START.search(text)
     if start:
         text = text[start.end():]

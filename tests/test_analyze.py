@@ -2,6 +2,9 @@
 import json
 import math
 import os
+import re
+import shlex
+import shutil
 import sys
 
 import numpy as np
@@ -260,18 +263,19 @@ def test_value_vectors_are_w_v_of_the_normalised_block_input():
 
 def test_attention_metrics_on_hand_made_maps():
     p = torch.zeros(2, 2, 4, 4)
-    p[0, 0] = torch.tensor([[1, 0, 0, 0], [.7, .3, 0, 0], [.2, .5, .3, 0], [.4, .1, .1, .4]])   # tie -> key 0
-    p[0, 1] = torch.tensor([[.5, 0, 0, 0], [.1, .6, 0, 0], [.3, .1, .1, 0], [.05, .05, .05, .05]])  # softmax-1
+    p[0, 0] = torch.tensor([[1, 0, 0, 0], [.7, .3, 0, 0], [.2, .5, .3, 0], [.4, .1, .1, .4]])   # a tie of 2: 1/2
+    p[0, 1] = torch.tensor([[.5, 0, 0, 0], [.1, .6, 0, 0], [.3, .1, .1, 0], [.05, .05, .05, .05]])  # softmax-1; 1/4
     p[1, 0] = torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]])           # rows 2, 3 padded
     p[1, 1] = torch.tensor([[1, 0, 0, 0], [.9, .05, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]])
     mask = torch.tensor([[True] * 4, [True, True, False, False]])
     s = Stats(1, 2)
     s.update([torch.randn(2, 4, 8)], [p], mask)
     r = s.result()
-    assert r['per_head']['first_attn_argmax'][0] == pytest.approx([2 / 4, 3 / 4])
+    # key 0 the largest, per (query > 0) row: head 0: 1, 0, 1/2 (tied with key 3), 0; head 1: 0, 1, 1/4 (four-way), 1
+    assert r['per_head']['first_attn_argmax'][0] == pytest.approx([1.5 / 4, 2.25 / 4])
     assert r['per_head']['first_attn_mass'][0] == pytest.approx([(.7 + .2 + .4 + 0) / 4, (.1 + .3 + .05 + .9) / 4])
     assert r['per_head']['attn_nowhere'][0] == pytest.approx([0, (.3 + .5 + .8 + .05) / 4], abs=1e-6)
-    assert r['first_attn_argmax'] == pytest.approx(0.625)
+    assert r['first_attn_argmax'] == pytest.approx(3.75 / 8)
     assert r['per_layer']['first_attn_mass'] == pytest.approx([(0.325 + 0.3375) / 2])
 
 
@@ -292,6 +296,70 @@ def test_rows_with_no_mass_are_left_out_of_the_argmax_share_and_counted_as_empty
     s = Stats(1, 2)                                                                     # a head with no such row
     s.update([torch.randn(1, 4, 8)], [p * torch.tensor([1.0, 0.0])[None, :, None, None]], torch.ones(1, 4, dtype=torch.bool))
     assert math.isnan(s.result()['per_head']['first_attn_argmax'][0][1]) and s.result()['first_attn_argmax'] == 0.5
+
+
+def test_a_tie_for_the_largest_weight_is_split_among_the_tied_keys():
+    """first_attn_argmax counts key 0 fully only when it is strictly the largest; a row whose largest weight k keys
+    share counts 1/k (argmax alone would give every tie to key 0, so a uniform row would count as a sink). Counted by
+    hand: head 0's rows 1-3 are [.5 .5], [1/3 1/3 1/3], [.1 .4 .1 .4] (key 0 not among the largest): 1/2 + 1/3 + 0;
+    head 1's: [.6 .4], [.2 .4 .4], [.4 .4 .1 .1]: 1 + 0 + 1/2."""
+    p = torch.zeros(1, 2, 4, 4)
+    third = 1 / 3
+    p[0, 0] = torch.tensor([[1, 0, 0, 0], [.5, .5, 0, 0], [third, third, third, 0], [.1, .4, .1, .4]])
+    p[0, 1] = torch.tensor([[1, 0, 0, 0], [.6, .4, 0, 0], [.2, .4, .4, 0], [.4, .4, .1, .1]])
+    s = Stats(1, 2)
+    s.update([torch.randn(1, 4, 8)], [p], torch.ones(1, 4, dtype=torch.bool))
+    r = s.result()
+    assert r['per_head']['first_attn_argmax'][0] == pytest.approx([(1 / 2 + 1 / 3) / 3, (1 + 1 / 2) / 3])
+    assert r['first_attn_argmax'] == pytest.approx((1 / 2 + 1 / 3 + 1 + 1 / 2) / 6)
+    # the sink token's share the same way: query 0 ties the sink (.5) with key 0 (.5): 1/2; query 1: the sink alone
+    sink = {'hidden': [torch.randn(1, 8)], 'attn': [torch.tensor([[[.5, .5]]])]}             # (B, H, T)
+    real = torch.tensor([[[[.5, 0], [.2, .3]]]])                                             # (B, H, T, T)
+    s = Stats(1, 1)
+    s.update([torch.randn(1, 2, 8)], [real], torch.ones(1, 2, dtype=torch.bool), sink)
+    assert s.result()['sink_attn_argmax'] == pytest.approx((1 / 2 + 1) / 2)
+
+
+def test_uniform_attention_is_no_sink(tmp_path):
+    """A model with all-zero weights attends uniformly (every score 0): query t puts 1/(t + 1) on each of its keys,
+    so its row gives key 0 the share 1/(t + 1) of the most-attended key, exactly its mass; counted by hand over
+    documents of 1, 3, 9, 10 and 20 tokens: sum over t = 1..T-1 of 1/(t + 1) = H_T - 1 per document, over the 2 + 8 +
+    9 + 19 = 38 rows: (0.8333 + 1.8290 + 1.9290 + 2.5977) / 38 = 0.1892 (argmax with ties to key 0: 1.0)."""
+    data = write_docs(str(tmp_path / 'd'), [list(range(1, n + 1)) for n in (1, 3, 9, 10, 20)])
+    model = GPT(tiny_config()).eval()
+    with torch.no_grad():
+        for w in model.parameters():
+            w.zero_()
+    result, _ = measure.analyze(LoadedModel('zero', model, 'ours', None, 32, VOCAB, {}), data, None, 2, 'cpu',
+                                quiet=True)
+    expected = sum(1 / (t + 1) for n in (3, 9, 10, 20) for t in range(1, n)) / 38
+    assert expected == pytest.approx(0.18918, abs=1e-5)
+    assert result['first_attn_argmax'] == pytest.approx(expected)
+    assert result['first_attn_mass'] == pytest.approx(expected)
+    assert result['per_head']['first_attn_argmax'] == [[pytest.approx(expected)] * 2] * 3
+
+
+@pytest.mark.parametrize('broken', ['nan', 'inf', 'huge'])
+def test_a_model_whose_forward_pass_is_not_finite_is_refused_in_one_line(broken, docs_dir, tmp_path):
+    """NaN or Inf weights, or weights so large (x 1e30) that float32 overflows: its attention rows would count as
+    first-token argmax (ties) and its sink rate as 0; analyze.py says so in one line, exits non-zero and writes no
+    JSON."""
+    ckpt = write_checkpoint(str(tmp_path / 'r'))
+    c = torch.load(ckpt, weights_only=False)
+    seen = set()
+    for w in c['model'].values():
+        if w.is_floating_point() and w.data_ptr() not in seen:            # tied weights once
+            seen.add(w.data_ptr())
+            w.fill_(math.nan) if broken == 'nan' else w.fill_(math.inf) if broken == 'inf' else w.mul_(1e30)
+    assert broken != 'huge' or all(bool(torch.isfinite(w).all()) for w in c['model'].values())
+    torch.save(c, ckpt)
+    out = tmp_path / 'b.json'
+    with pytest.raises(SystemExit) as e:
+        analyze.main(['--ckpt', ckpt, '--data', docs_dir, '--max_docs', '2', '--json', str(out)])
+    text = str(e.value)
+    assert text.startswith('analyze.py: error: ') and '\n' not in text and 'non-finite values' in text, text
+    assert ('float32 overflows' in text) == (broken == 'huge') and 'nothing is measured' in text
+    assert not out.exists()
 
 
 def test_sink_rate_counts_heads_over_epsilon_per_document_on_hand_made_maps():
@@ -596,7 +664,8 @@ def direct_metrics(per_doc):
         ps = [a[m].double().numpy() for _, a in per_doc]
         queries = [(p[:, t], t) for p in ps for t in range(1, p.shape[-1])]          # (H, T) rows, query t > 0
         heads = [(row[h, :t + 1], t) for row, t in queries for h in range(row.shape[0])]   # one (query, head) each
-        out['first_attn_argmax'].append(np.mean([h.argmax() == 0 for h, _ in heads if h.max() > 0]))
+        out['first_attn_argmax'].append(np.mean([(h[0] == h.max()) / (h == h.max()).sum() for h, _ in heads
+                                                 if h.max() > 0]))     # a tie of k keys: 1/k each
         out['first_attn_mass'].append(np.mean([row[:, 0].mean() for row, _ in queries]))
         out['attn_nowhere'].append(np.mean([(1 - row.sum(-1)).mean() for row, _ in queries]))
         out['attn_empty'].append(np.mean([h.max() <= 0 for h, _ in heads]))
@@ -734,6 +803,53 @@ def test_cli_errors_are_one_line(args, message, docs_dir, tmp_path, monkeypatch)
     assert message in str(e.value) and '\n' not in str(e.value) and str(e.value).startswith('analyze.py: error')
 
 
+@pytest.mark.parametrize('model_tok, data_tok, source, made_by', [
+    ('bb_shakespeare', 'bytes', 'installed_docstrings', 'prepare_bb_shakespeare'),   # a task model, text data
+    ('bigram_backcopy', 'bytes', 'pinned', 'prepare_bigram_backcopy'),
+    ('bytes', 'bb_shakespeare', 'bb_shakespeare', 'prepare_pinned'),                 # a text model, a task's data
+    ('bytes', 'test', 'installed_docstrings', 'prepare_installed_docstrings'),       # the data's source in bytes
+    (None, 'bytes', 'pinned', None),                                                 # no tokenizer recorded
+])
+def test_the_advice_of_a_data_model_mismatch_works_when_followed(model_tok, data_tok, source, made_by, tmp_path,
+                                                                 monkeypatch):
+    """A Bigram-Backcopy model (a vocabulary of its own) on bytes data was told `prepare_c4.py --source pinned
+    --tokenizer bb_shakespeare`, which prepare_c4.py refuses. The command advised is now run through prepare_c4.py's
+    own checks and its tokenizer loaded (the preparation itself replaced by a record of the call); without a command
+    prepare_c4.py can give, the advice names the data the model was trained on."""
+    import prepare_c4
+    from harness import tokenizer as tokenizer_lib
+    data = write_docs(str(tmp_path / 'd'), random_docs(), vocab_size=300)
+    meta = json.loads(open(os.path.join(data, 'meta.json')).read())
+    meta.update(tokenizer=data_tok, args={'source': source, 'val_docs': 500} if source == 'bb_shakespeare' else
+                {'source': source, 'subset': 'cpu', 'tokenizer': data_tok, 'max_docs': 5})
+    open(os.path.join(data, 'meta.json'), 'w').write(json.dumps(meta))
+    lm = LoadedModel('out/bb', None, 'ours', None, 32, 86, {}, tokenizer={'name': model_tok} if model_tok else None,
+                     data='data/its_own')
+    with pytest.raises(ValueError) as e:
+        measure.check_data(data, lm)
+    said = str(e.value)
+    if made_by is None:
+        assert 'prepare_c4.py' not in said and said.endswith('measure it on the data it was trained on, data/its_own')
+        return
+    command = re.search(r'make data in its vocabulary with (python prepare_c4\.py .*?)(?: \(or measure|$)', said)[1]
+    calls = []
+
+    def made(name):
+        def prepare(out, *args, **kw):
+            tokenizer = kw.get('tokenizer', args[-1] if name == 'prepare_pinned' else
+                               args[0] if name == 'prepare_installed_docstrings' else None)
+            if tokenizer not in (None, 'gpt2', 'auto'):
+                tokenizer_lib.load_tokenizer(tokenizer)        # the tokenizer it names exists
+            calls.append((name, out))
+            return data
+        return prepare
+    for name in ('prepare_bb_shakespeare', 'prepare_bigram_backcopy', 'prepare_pinned', 'prepare_installed_docstrings',
+                 'prepare_c4', 'prepare_wikitext2'):
+        monkeypatch.setattr(prepare_c4, name, made(name))
+    prepare_c4.main(shlex.split(command)[2:])               # a refusal would exit
+    assert calls == [(made_by, f'{data}_bb')], (command, calls)
+
+
 def test_json_folder_is_created(docs_dir, tmp_path):
     a = write_checkpoint(str(tmp_path / 'r'))
     path = tmp_path / 'new' / 'deeper' / 'x.json'
@@ -768,7 +884,7 @@ def test_sink_token_model_measures_real_tokens_and_reports_the_sink_apart(docs_d
             want['kurtosis_first'][m].append((x ** 4).mean() / (x ** 2).mean() ** 2)
             p_sink, p_real = trace['sink']['attn'][m][0].numpy(), trace['attn'][m][0].numpy()   # (H, T), (H, T, T)
             mass[m] += p_sink.sum()
-            top[m] += (p_sink >= p_real.max(-1)).sum()
+            top[m] += ((p_sink >= p_real.max(-1)) / (1 + (p_real == p_sink[..., None]).sum(-1))).sum()   # ties split
     for k, v in want.items():
         assert result['per_layer'][k] == pytest.approx([np.mean(x) for x in v], rel=1e-5), k
     assert result['per_layer']['sink_attn_mass'] == pytest.approx(mass / queries, rel=1e-5)
@@ -848,3 +964,33 @@ def test_the_readme_figure_takes_the_hidden_states_and_the_mean_attention_panel(
                            capture_output=True, text=True)
         assert r.returncode != 0 and r.stderr.count('\n') == 1 and 'is the input' in r.stderr, r.stderr
         assert (folder / name).read_bytes() == before
+
+
+@pytest.mark.slow   # a script as a subprocess
+def test_the_readme_figure_is_redrawn_byte_for_byte_and_a_broken_png_is_one_line(tmp_path):
+    """docs/front_figure.py without a folder drew docs/figures/smollm2 (an older figure) where the tracked front.png
+    came from docs/figures/smollm2-pinned: its default rewrote the README's figure with other bytes. A
+    hidden_states.png cut short or a text file under that name was a traceback."""
+    import subprocess
+    from PIL import Image
+    import matplotlib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script, tracked = os.path.join(root, 'docs', 'front_figure.py'), os.path.join(root, 'docs', 'figures', 'front.png')
+    out = tmp_path / 'front.png'
+    r = subprocess.run([sys.executable, script, '--out', str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    if matplotlib.__version__ in Image.open(tracked).info.get('Software', ''):   # the PNG names the matplotlib it used
+        assert out.read_bytes() == open(tracked, 'rb').read()
+    else:
+        assert np.array_equal(np.asarray(Image.open(out)), np.asarray(Image.open(tracked)))
+    good = os.path.join(root, 'docs', 'figures', 'smollm2-pinned', 'hidden_states.png')
+    for name, content in (('cut', open(good, 'rb').read()[:20000]), ('text', b'not a figure\n')):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / 'hidden_states.png').write_bytes(content)
+        shutil.copy(os.path.join(os.path.dirname(good), 'attention_map.png'), folder)
+        r = subprocess.run([sys.executable, script, str(folder), '--out', str(folder / 'F.png')], capture_output=True,
+                           text=True)
+        assert r.returncode == 1 and r.stderr.count('\n') == 1 and 'Traceback' not in r.stderr, r.stderr
+        assert r.stderr.startswith(f"front_figure.py: error: {folder / 'hidden_states.png'} is not a whole PNG file")
+        assert not (folder / 'F.png').exists()

@@ -46,6 +46,20 @@ def test_bad_values_are_one_line_errors(arg, msg):
         load_config(DEFAULTS, [arg], CHOICES)
 
 
+def test_an_integer_may_be_written_as_a_whole_float_as_the_scripts_options_take_it(tmp_path):
+    """--max_iters=1e1 was refused while the scripts' integer options (harness.fileio.number) take 1e5: one rule. A
+    whole finite float is that integer, from the command line or a file; 1.5, inf and nan are not integers."""
+    f = tmp_path / 'c.py'
+    f.write_text("max_iters = 2e3\n")
+    for argv, want in ((['--max_iters=1e1'], 10), (['--max_iters=2.0e3'], 2000), (['--max_iters=100_000'], 100_000),
+                       ([str(f)], 2000)):
+        cfg = load_config(DEFAULTS, argv)
+        assert cfg['max_iters'] == want and type(cfg['max_iters']) is int, argv
+    for text in ('1.5', '1e400', 'nan', '1e-1'):
+        with pytest.raises(ConfigError, match="'max_iters'.*expects int"):
+            load_config(DEFAULTS, [f'--max_iters={text}'])
+
+
 def test_tuple_list_and_none_defaults():
     cfg = load_config(DEFAULTS, ['--betas=[0.9,0.99]', '--note=anything'])
     assert cfg['betas'] == (0.9, 0.99) and cfg['note'] == 'anything'

@@ -2,6 +2,8 @@
 import gzip
 import json
 
+import pytest
+
 from pinned_corpus import text as corpus_text
 
 
@@ -84,6 +86,22 @@ def test_plain_text_lines_are_flush_left_with_their_line_breaks_kept():
              "\u00a0\u3000Kept: a no-break and an ideographic space are neither a space nor a tab\n")
     assert corpus_text.plain_to_text(play) == flush
     assert corpus_text.member_documents("wt.txt", play.encode(), "text") == [("wt.txt", flush)]
+
+
+@pytest.mark.parametrize('fmt', ['text', 'json_chapter'])
+@pytest.mark.parametrize('raw, lines', [
+    ('a\r      b\r   c', 'a\nb\nc'),                      # old Mac line ends: each line's indentation is one
+    ('a\r\n   b\r\n\tc', 'a\nb\nc'),                    # Windows'
+    ('a\n\x0c    b\n\x0b  c', 'a\nb\nc'),                # a page break (form feed, vertical tab) before a line
+    ('a\n  \x0c  b', 'a\nb'),
+])
+def test_line_ends_and_page_breaks_do_not_keep_an_indentation(fmt, raw, lines):
+    """flush_left ran before \\r became a line break (normalise does that, after the readers) and kept the spaces
+    after a form feed or vertical tab (normalise deletes those characters and left the spaces): such plain text kept
+    its indentation. The lines by hand: every one flush left."""
+    data = raw if fmt == 'text' else json.dumps({'title': 'T', 'text': raw})
+    [(_, text)] = corpus_text.member_documents('x.txt', data.encode(), fmt)
+    assert corpus_text.normalise(text) == (lines if fmt == 'text' else 'T\n\n' + lines)
 
 
 def test_normalise_nfc_newlines_tabs_controls():

@@ -190,7 +190,7 @@ def write_pack(path, members):
     ('status cut', 'status.json cannot be read'),
     ('pack cut', 'row-a.tar.gz is damaged or not a pack'),
     ('member outside', 'the member ../../evil.txt lies outside row-b/'),
-    ('member escaping', 'row-b.tar.gz is damaged or not a pack (OutsideDestinationError'),
+    ('member escaping', 'the member row-b/../../../evil.txt lies outside row-b/'),
     ('not a tar', 'row-b.tar.gz is damaged or not a pack'),
     ('into a file', 'is a file, not a folder; choose another --into'),
 ])
@@ -224,6 +224,55 @@ def test_unpack_of_damaged_files_is_one_line_and_leaves_nothing(tmp_path, damage
     assert not list(tmp_path.rglob('evil.txt')) and not list(tmp_path.parent.glob('evil.txt'))
     if damage == 'into a file':
         assert into.read_text() == 'mine'
+
+
+def add_member(tar, name, data=b'', link=None, hard=False):
+    import io
+    info = tarfile.TarInfo(name)
+    if link is not None:
+        info.type, info.linkname = tarfile.LNKTYPE if hard else tarfile.SYMTYPE, link
+    else:
+        info.size = len(data)
+    tar.addfile(info, io.BytesIO(data) if link is None else None)
+
+
+@pytest.mark.parametrize('case', ['item ../..', 'item absolute', 'item folder', 'member absolute', 'member ..',
+                                  'member .. inside', 'symlink out', 'symlink in', 'hard link', 'file a link',
+                                  'pack name ..'])
+def test_unpack_writes_no_name_from_the_pack_outside_into(tmp_path, case):
+    """Security: every name taken from the files (status.json's "item", which names INTO/<item>.status.json, each
+    pack's members, the files' own names) stays inside --into. A status.json naming "item": "../../evil" wrote
+    evil.status.json two folders above --into. Each case is refused in one line (exit 2) and no file appears or
+    changes anywhere outside the files' folder."""
+    top = tmp_path / 'a' / 'b'
+    src, into, work = top / 'files', top / 'into', top / 'here'
+    src.mkdir(parents=True)
+    (tmp_path / 'secret').write_text('outside')
+    item = {'item ../..': '../../evil', 'item absolute': str(tmp_path / 'evil'), 'item folder': 'x/evil'}
+    (src / 'status.json').write_text(json.dumps({'item': item.get(case, 'vanilla_60m')}))
+    with tarfile.open(src / 'row-b.tar.gz', 'w:gz') as tar:
+        add_member(tar, 'row-b/analysis.json', b'{}')
+        if case == 'member absolute':
+            add_member(tar, str(tmp_path / 'evil.txt'), b'escaped')
+        elif case == 'member ..':
+            add_member(tar, 'row-b/../../../../../evil.txt', b'escaped')
+        elif case == 'member .. inside':          # stays in the staging folder, but lands in another run's folder
+            add_member(tar, 'row-b/../row-a/evil.txt', b'escaped')
+        elif case in ('symlink out', 'symlink in', 'hard link'):
+            target = {'symlink out': str(tmp_path), 'symlink in': '.', 'hard link': 'row-b/analysis.json'}[case]
+            add_member(tar, 'row-b/link', link=target, hard=case == 'hard link')
+            if case == 'symlink out':
+                add_member(tar, 'row-b/link/evil.txt', b'escaped')
+    if case == 'file a link':                     # a file of the folder that is a link to one outside it
+        (src / 'notes.txt').symlink_to(tmp_path / 'secret')
+    if case == 'pack name ..':
+        (src / 'row-b.tar.gz').rename(src / '..tar.gz')
+    before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+    r = queue('unpack', str(src), '--into', str(into), '--work', str(work))
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'nothing was unpacked' in r.stderr, r.stderr
+    assert 'Traceback' not in r.stderr
+    assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+    assert not into.exists() and not work.exists() and not list(tmp_path.rglob('*evil*'))
 
 
 def test_unpack_of_whole_files_puts_each_in_its_place(tmp_path):

@@ -17,6 +17,7 @@ import tiktoken
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import prepare_c4  # noqa: E402
 from harness import dataset, fileio, measure, runs, sources, tokenizer as tokenizer_lib, train_config
+from harness.entry import run_script
 
 pytestmark = pytest.mark.slow   # data preparation through datasets and tiktoken
 
@@ -223,8 +224,10 @@ def test_interruption_leaves_nothing_loadable_then_resumes(shards, tmp_path, mon
     monkeypatch.setattr(tokenizer_lib, "encode_chunk", interrupt_in_train)
     out = tmp_path / "out"
     args = ["--data_files", str(shards), "--tokenizer", "bytes", "--out_dir", str(out), "--num_proc", "1"]
-    code, err = run_main(args, capsys)
-    assert code == 130 and "run the same command again" in err
+    with pytest.raises(SystemExit) as e:   # as `python prepare_c4.py` runs it: through the scripts' entry point
+        run_script(prepare_c4.main, args, note=prepare_c4.STOPPED)
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and err.splitlines()[-1] == f"prepare_c4.py: stopped by SIGINT; {prepare_c4.STOPPED}"
     assert sorted(p.name for p in out.iterdir()) == [".progress.json", "val.bin"]  # val finished, train did not
     with pytest.raises(ValueError, match="no meta.json"):
         dataset.load_meta(out)
@@ -258,6 +261,20 @@ def test_rerun_skips_and_changed_arguments_need_force(shards, tmp_path, monkeypa
     assert meta["args"]["train_tokens"] == 100  # document 0 has 73 tokens, document 1 crosses 100
     assert meta["splits"]["train"]["documents"] == 2
     assert meta["splits"]["train"]["tokens"] == sum(len(t.encode()) + 1 for t in TRAIN[0][:2])
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_a_folder_another_program_marked_is_refused(shards, tmp_path, capsys, force):
+    """prepare_c4.py wrote its token files into an export_hf.py folder (its .written-by names export_hf.py), which
+    train.py then refused; fileio's rule: a marked folder is its program's. One line, nothing written, --force too."""
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    fileio.mark_folder(str(out), "export_hf.py", files=True)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, err = run_main(["--data_files", str(shards), "--tokenizer", "bytes", "--out_dir", str(out), *force], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"{out} is an output of export_hf.py" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_load_meta_rejects_corrupt_folders(shards, tmp_path):

@@ -360,6 +360,39 @@ def test_a_dry_run_refuses_the_options_it_cannot_honour(capsys, tmp_path, extra,
     assert '# ' not in printed and os.listdir(tmp_path) == []
 
 
+def test_a_rows_whole_name_selects_a_row_folders_deep(capsys, tmp_path):
+    """--rows p07_archive (the whole name of config/laptop/pilots/p07_archive.py) matched no row: only a name one
+    folder deep was compared whole. Now the name alone or any tail of whole folders selects that row alone."""
+    assert reproduce.row_selected('laptop/pilots/p07_archive', ['p07_archive'])
+    assert reproduce.row_selected('laptop/pilots/p07_archive', ['pilots/p07_archive'])
+    assert not reproduce.row_selected('laptop/pilots/p08_archive1800', ['p07_archive'])
+    reproduce.main(['laptop_pilots', '--scale', 'laptop', '--rows', 'p07_archive', '--dry_run', '--out', str(tmp_path)])
+    planned = [line for line in capsys.readouterr().out.splitlines() if line.startswith('# ')]
+    assert planned == ['# laptop-pilots-p07_archive (todo) train', '# laptop-pilots-p07_archive (todo) analyze']
+
+
+def test_a_table_with_no_row_at_the_scale_names_the_scales_that_run_it(capsys, tmp_path):
+    """reproduce.py table5 --scale laptop (no --rows) ended "--rows  matches no row"."""
+    code, message, _ = exit_of(capsys, 'table5', '--scale', 'laptop', '--dry_run', '--out', str(tmp_path))
+    assert code == 1 and '--rows' not in message and 'no row of table5 runs at this scale' in message, message
+    assert '--scale paper or mini or gpu or smoke' in message
+
+
+def test_a_missing_dataset_is_named_once_and_a_dry_run_says_so(capsys, tmp_path, monkeypatch):
+    """--dataset data/X with no such folder ended "(the runs read data/data/X)", and --dry_run planned runs on it
+    without a word."""
+    monkeypatch.chdir(tmp_path)
+    args = ['table5', '--scale', 'smoke', '--rows', '01_biases', '--dataset', 'data/X', '--out', str(tmp_path / 'o')]
+    code, message, _ = exit_of(capsys, *args)
+    missing = str(tmp_path / 'data' / 'X')
+    assert code == 1 and 'is not a prepared dataset' in message and message.count(missing) >= 1, message
+    assert 'data/data' not in message and 'data//' not in message and 'the runs read' not in message
+    reproduce.main([*args, '--dry_run'])
+    printed = capsys.readouterr()
+    assert f'data: a run would stop here: {missing} is not a prepared dataset' in printed.err
+    assert '# table5-01_biases (todo) train' in printed.out and not (tmp_path / 'data').exists()
+
+
 @pytest.mark.parametrize('rows', [[''], ['11_orthoadam', ' ']])
 def test_an_empty_rows_word_is_refused(capsys, tmp_path, rows):
     """Silent-wrong, case 7: --rows "" (an unset shell variable) matched every row."""

@@ -1,6 +1,7 @@
 """sample.py: generation with the KV cache against nanoGPT's generation by repeated full forward passes, and its
 command line on a checkpoint that train.py wrote (tokenizer found through the checkpoint)."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -104,6 +105,24 @@ def test_command_line_errors_are_one_line(trained, args, message):
     r = run('--ckpt', trained, *args)
     assert r.returncode != 0 and message in r.stderr
     assert r.stderr.startswith('sample.py: error:') and r.stderr.count('\n') == 1
+
+
+@pytest.mark.parametrize('temperature', ['0.8', '0'])
+def test_a_model_with_non_finite_logits_is_one_line(trained, tmp_path, temperature, capsys):
+    """NaN weights: a draw would raise inside torch.multinomial, greedy decoding would pick a NaN's index and print
+    noise; sample.py says so in one line, with nothing printed."""
+    broken = tmp_path / 'nan'
+    shutil.copytree(trained, broken)
+    c = torch.load(broken / 'ckpt.pt', weights_only=False)
+    for w in c['model'].values():
+        if w.is_floating_point():
+            w.fill_(float('nan'))
+    torch.save(c, broken / 'ckpt.pt')
+    with pytest.raises(SystemExit) as e:
+        sample.main(['--ckpt', str(broken), '--start', 'The', '--max_new_tokens', '3', '--temperature', temperature])
+    text = str(e.value)
+    assert text.startswith('sample.py: error: ') and '\n' not in text and 'NaN or Inf' in text, text
+    assert 'weights hold NaN or Inf' in text and capsys.readouterr().out == ''
 
 
 @pytest.mark.slow   # sample.py as a subprocess

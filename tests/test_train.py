@@ -330,6 +330,23 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(bigram_data, tmp_p
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_a_non_finite_val_loss_stops_as_diverged_before_the_probe(bigram_data, tmp_path, monkeypatch):
+    """Weights that turn NaN between steps: the evaluation's loss is NaN and the divergence check stops the run, saying
+    so; the probe, which refuses a model whose forward pass is not finite, is not run on it."""
+    original, calls = train.evaluate, []
+
+    def poisoned(model, *args):
+        calls.append(1)
+        if len(calls) == 2:                                 # the evaluation at iteration 2
+            with torch.no_grad():
+                for w in model.parameters():
+                    w.fill_(float('nan'))
+        return original(model, *args)
+    monkeypatch.setattr(train, 'evaluate', poisoned)
+    with pytest.raises(train_config.TrainingError, match='diverged at iteration 2: val loss nan'):
+        train.train(config(bigram_data, str(tmp_path / 'run'), '--max_iters=4', '--eval_interval=2', '--probe_docs=2'))
+
+
 def test_a_time_budget_stop_exits_0(bigram_data, tmp_path):
     """max_minutes is a job's planned end (a chain continues it): its stop writes the checkpoint and exits 0."""
     out = str(tmp_path / 'budget')

@@ -46,6 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 # library modules of the repository root (E402: imported once sys.path holds it)
+from harness.entry import run_script, start_child, stop_child, stopping   # noqa: E402
 from harness.fileio import MARK, atomic_write, check_output, path_arg, temporary_folder, write_json   # noqa: E402
 from harness.provenance import git_commit   # noqa: E402
 from harness.recipe import PACK_LIMIT, pack_run, run_state, stopped_by   # noqa: E402
@@ -56,6 +57,7 @@ STOP_S = 30            # after a job's time budget: its checkpoint, exit, the fi
 PACK_EVERY_S = 30
 QUEUE_DIR = os.path.join('out', 'gpu_queue')   # what a call leaves on the machine for the next one
 REPRO_OUT = os.path.join('out', 'reproduce')
+NAME_CHARS = frozenset('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-')   # unpack's plain_name
 
 
 @dataclass(frozen=True)
@@ -169,18 +171,18 @@ def run_step(call, name, cmd, seconds, log=None, env=None):
     run again by the next call. Returns the exit code or None."""
     limit = max(1.0, min(seconds, call.left() - 20))
     t, sink = time.time(), open(log, 'w') if log else None
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT if sink else None,
-                            env={**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})}, start_new_session=True)
+    proc = start_child(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT if sink else None,
+                       env={**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})})
     try:
         rc = proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
         rc = None
-        os.killpg(proc.pid, signal.SIGTERM)   # train.py writes a checkpoint on SIGTERM; the next call resumes it
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_child(proc, grace=15)   # SIGTERM to its group: train.py writes a checkpoint; the next call resumes it
+    except KeyboardInterrupt:   # a signal to this call, passed on to the step (start_child): stopped, run again
+        call.status['steps'][name] = {'rc': None, 'seconds': round(time.time() - t, 1),
+                                      'stopped_by': (stopping() or signal.SIGINT).name}
+        call.save('stopped')
+        raise
     finally:
         if sink:
             sink.close()
@@ -377,14 +379,12 @@ def side_by_side(call):
     for v in SBS_VARIANTS:
         cmd, out = sbs_cmd(call, v, 'together')
         log = open(os.path.join(call.state_dir, f'sbs_together_{v}.log'), 'w')
-        procs.append((v, out, log, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                                    start_new_session=True)))
+        procs.append((v, out, log, start_child(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)))
     for v, out, log, proc in procs:
         try:
             rc = proc.wait(timeout=max(1.0, min(200, call.left() - 20) - (time.time() - t)))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = proc.wait()
+            rc = stop_child(proc, signal.SIGKILL)
         log.close()
         result['together'][v] = rate(out) if rc == 0 else None
     result['ratio'] = {v: (result['together'][v] / result['alone'][v]
@@ -480,8 +480,8 @@ def cmd_unpack(args):
     """status.json -> INTO/<item>.status.json; every <run>.tar.gz -> INTO/runs/<run>/ and out/reproduce/gpu/runs/<run>/
     (for reproduce.py --render --goal); every other file -> INTO/. Nothing already there is overwritten. Everything is
     unpacked into temporary folders beside those places first (fileio.temporary_folder) and moved in only when every
-    file and pack came out whole: a damaged status.json or pack (cut short, not a tar, a member outside its run's
-    folder) is one line and leaves nothing."""
+    file and pack came out whole: a damaged status.json or pack (cut short, not a tar), or a name from them that could
+    write outside INTO (an "item" or member with '/' or '..', a link) is one line and leaves nothing."""
     src, into = os.path.abspath(args.files), os.path.abspath(args.into)
     runs_here = os.path.join(os.path.abspath(args.work), REPRO_OUT, 'gpu', 'runs')
     status_path = os.path.join(src, 'status.json')
@@ -499,9 +499,17 @@ def cmd_unpack(args):
         check_output(into, '--into', folder=True)
     except ValueError as e:
         raise QueueError(str(e)) from None
-    targets = {'status.json': f"{status.get('item', 'item')}.status.json"}
+    item = status.get('item', 'item')
+    if not plain_name(item):   # the name of a file written into --into: no folder, no '..', no absolute path
+        raise QueueError(f"{status_path}: \"item\": {json.dumps(item)[:80]} is no queue item's name (letters, digits,"
+                         f" _ . -): it could name a file outside {into}; nothing was unpacked")
+    targets = {'status.json': f"{item}.status.json"}
     packs = sorted(f for f in os.listdir(src) if f.endswith('.tar.gz'))
     for name in sorted(os.listdir(src)):
+        path = os.path.join(src, name)
+        if os.path.islink(path) or not os.path.isfile(path) or name in packs and not plain_name(name[:-7]):
+            raise QueueError(f"{path} is not what a device call brings back (a plain file; a pack named after its "
+                             f"run): a link, a folder or a pack of no run; nothing was unpacked")
         if name not in targets and name not in packs:
             targets[name] = name
     clash = [os.path.join(into, t) for t in targets.values() if os.path.lexists(os.path.join(into, t))]
@@ -544,19 +552,25 @@ def cmd_unpack(args):
     return 0
 
 
+def plain_name(name):
+    """A name unpack may write under: one path component of letters, digits, _ . - that is not '.' or '..'."""
+    return isinstance(name, str) and name.strip('.') != '' and set(name) <= NAME_CHARS
+
+
 def extract_pack(path, run, dest):
     """One row's pack (recipe.pack_run: members <run>/<file>) into dest/<run>/, read to its end: a pack cut short,
-    a file that is no gzipped tar, a member outside <run>/ or one tarfile's 'data' filter refuses (a link out, a
-    device) is a one-line QueueError."""
+    a file that is no gzipped tar, a member outside <run>/ (an absolute name, a '..' component), a member that is no
+    plain file or folder (a link, a device) or one tarfile's 'data' filter refuses is a one-line QueueError."""
     import tarfile
     import zlib
     try:
         with tarfile.open(path, 'r:gz') as tar:
             members = tar.getmembers()   # reads the whole pack: a truncated one fails here
-            outside = [m.name for m in members if not m.name.startswith(run + '/')]
+            outside = [m.name for m in members if not m.name.startswith(run + '/') or not (m.isfile() or m.isdir())
+                       or not all(plain_name(part) for part in m.name[len(run) + 1:].split('/'))]
             if outside:
-                raise QueueError(f"{path}: the member {outside[0]} lies outside {run}/ (not a pack of this queue); "
-                                 f"nothing was unpacked")
+                raise QueueError(f"{path}: the member {outside[0]} lies outside {run}/ or is no file (a link, a device;"
+                                 f" not a pack of this queue); nothing was unpacked")
             tar.extractall(dest, members=members, filter='data')
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise QueueError(f"{path} is damaged or not a pack ({type(e).__name__}: {e}); nothing was unpacked: bring the "
@@ -683,4 +697,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_script(main)
