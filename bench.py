@@ -4,6 +4,7 @@
     python bench.py --quick                  # small shapes, under a minute on a laptop CPU (CI smoke run)
     python bench.py --sections attn,optim --json out/bench.json
     python bench.py --device cpu --compile   # CPU with torch.compile for the training step
+    python bench.py --sections bf16          # CPU: fp32 eager vs bf16 eager vs bf16 compiled at the CPU configs
     python bench.py --sections tune          # CUDA: time every tile shape of kernels/flash_sink.py's Triton kernel
 
 Sections:
@@ -23,6 +24,11 @@ Sections:
          grad clip and the optimizer, as train.py runs it, compiled on CUDA; vanilla (softmax + AdamW) vs
          softmax-1 + OrthoAdam; tokens/s, MFU (train.py's PEAK_FLOPS, CUDA only), peak memory (CUDA: max
          allocated) or, on CPU, parameters + gradients + optimizer state.
+  bf16   (CPU) the training step of each CPU config (config/laptop/base.py: 4 layers x 256, 16 x 256 tokens;
+         config/bb/base.py: Guo et al.'s 1-layer model, 8 x 64 x 256 tokens) in fp32 eager, bf16 eager (autocast)
+         and bf16 compiled, timed in turn: tokens/s, the speed-up over fp32 eager, and the peak memory of a step
+         (in a process of its own per path: parameters, optimizer state, gradients and activations); --quick:
+         micro-batches of 2, one a step.
   tune   (CUDA, not in the default sections) every tile shape of kernels/flash_sink.py's candidates on each attention
          shape: the numbers behind flash_sink.blocks().
 
@@ -39,7 +45,8 @@ the machine was busy (1-minute load average above max(0.5, cores / 10)), is mark
  "optim_step_orthoadam_over_adamw", "optim_state_orthoadam_over_adamw" (hadamard/residual on the largest model),
  "train_step_s1oa_over_vanilla_60m", "train_step_s1oa_over_vanilla_130m", "mfu_vanilla_130m"), and
  "attn_extra_key_over_softmax", "train_step_s1oa_over_vanilla" (first train case, first --grad_accum),
- "train_step_s1oa_over_vanilla_by_accum", "attention": [...], "optimizer": [...], "train": [...], "tune": [...],
+ "train_step_s1oa_over_vanilla_by_accum", "bf16_speedup_laptop" (target), "bf16_speedup_bb" (the path each config
+ trains with: compiled, eager), "attention": [...], "optimizer": [...], "train": [...], "bf16": [...], "tune": [...],
  "elapsed_s"}: one row per measurement with min_s, median_s, spread and its ratios (each with a *_spread); a
 ratio is null when its section did not run. The file is rewritten after every section and training case, so a
 run stopped at a time limit keeps what it measured.
@@ -63,7 +70,7 @@ from harness.train_config import DEFAULTS
 from model import GPT, GPTConfig
 from orthoadam import OrthoAdam
 
-SECTIONS = ('attn', 'optim', 'train', 'tune')
+SECTIONS = ('attn', 'optim', 'train', 'bf16', 'tune')
 GPT2 = {  # the paper's GPT-2 shapes (config/gpt2_130m.py, config/gpt2_350m.py) and small CPU stand-ins
     '60m': dict(n_layer=10, n_head=8, n_embd=512, vocab_size=50257),
     '130m': dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257),
@@ -388,6 +395,99 @@ def bench_train(device, size, batch_size, block_size, dtype, compile, repeats, w
     return rows
 
 
+# ----------------------------------------------------------------------------- 4. bf16 on the CPU
+# The CPU configs' training steps: (label, config file, vocabulary of its data, micro-batch, micro-batches a step).
+BF16_CASES = (('laptop', 'config/laptop/base.py', 257, 16, 1),   # data/pinned_cpu_bytes: 256 bytes and eot
+              ('bb', 'config/bb/base.py', 86, 64, 8))            # data/bb_shakespeare: 84 characters, <s>, <d>
+BF16_PATHS = (('fp32 eager', torch.float32, False), ('bf16 eager', torch.bfloat16, False),
+              ('bf16 compiled', torch.bfloat16, True))
+
+
+def bf16_step(case, path, quick):
+    """A training step of a CPU config as train.py runs it (its model, optimizer, grad clip; a fixed batch) on one
+    precision path: (step function, parameter + optimizer-state bytes, tokens a step)."""
+    from configurator import load_config
+    from harness.train_config import CHOICES, MODEL_KEYS, RANGES
+    _, config, vocab, batch, accum = next(c for c in BF16_CASES if c[0] == case)
+    _, dtype, compiled = next(p for p in BF16_PATHS if p[0] == path)
+    cfg = load_config(DEFAULTS, [config], CHOICES, RANGES)
+    batch, accum = (2, 1) if quick else (batch, accum)
+    torch.manual_seed(0)
+    raw = GPT(GPTConfig(**{k: cfg[k] for k in MODEL_KEYS if k in cfg and k != 'vocab_size'}, vocab_size=vocab))
+    opt = configure_optimizer(raw, cfg, 'cpu')
+    model = torch.compile(raw) if compiled else raw
+    g = torch.Generator(device='cpu').manual_seed(0)
+    x, y = (torch.randint(0, vocab, (batch, cfg['block_size']), generator=g) for _ in range(2))
+    autocast = torch.autocast('cpu', dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+
+    def step():
+        for _ in range(accum):
+            with autocast:
+                _, loss = model(x, y)
+            (loss / accum).backward()
+        if cfg['grad_clip'] > 0:
+            torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg['grad_clip'])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    persistent = sum(p.numel() * p.element_size() for p in raw.parameters())
+    return step, persistent, accum * batch * cfg['block_size'], opt
+
+
+def _resident(field):
+    with open('/proc/self/status') as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ':'))
+
+
+def _bf16_peak_child(case, path, quick, queue):
+    """In a process of its own: the peak resident memory of one step after warm-up (compilation included in the
+    warm-up): the step's growth of the resident set (gradients, activations, temporaries) plus the parameters and
+    the optimizer state it holds throughout. None where Linux's peak counter cannot be reset."""
+    try:
+        step, persistent, _, opt = bf16_step(case, path, quick)
+        step(), step()
+        with open('/proc/self/clear_refs', 'w') as f:   # resets VmHWM, the peak resident set, to the current one
+            f.write('5')
+        before = _resident('VmRSS')
+        step()
+        queue.put(_resident('VmHWM') - before + persistent + state_bytes(opt))
+    except (OSError, StopIteration):
+        queue.put(None)
+
+
+def bf16_peak(case, path, quick):
+    import multiprocessing
+    ctx = multiprocessing.get_context('spawn')   # a fresh process: no other path's memory or compiled code in it
+    queue = ctx.Queue()
+    child = ctx.Process(target=_bf16_peak_child, args=(case, path, quick, queue))
+    child.start()
+    try:
+        return queue.get(timeout=1800)
+    finally:
+        child.join()
+
+
+def bench_bf16(cases, repeats, warmup, quick, best_of=1):
+    """One row per CPU config and precision path: tokens/s of its training step, timed in turn with the other
+    paths of the same config (ratios over fp32 eager per round), and the peak memory of a step in a process of
+    its own."""
+    rows = []
+    for case in cases:
+        log(f"bf16 {case}: {', '.join(p[0] for p in BF16_PATHS)} (compiling; then peak memory, one process each)")
+        steps = {path: bf16_step(case, path, quick) for path, _, _ in BF16_PATHS}
+        times = measure({path: s[0] for path, s in steps.items()}, torch.device('cpu'), repeats, warmup + 2, best_of)
+        base = times[BF16_PATHS[0][0]]
+        for path, dtype, compiled in BF16_PATHS:
+            row = {'case': case, 'path': path, 'dtype': str(dtype).removeprefix('torch.'), 'compile': compiled,
+                   'tokens': steps[path][2], **summary(times[path])}
+            row['tokens_per_s'] = row['tokens'] / row['median_s']
+            row['speedup'], row['speedup_spread'] = paired_ratio(base, times[path])   # fp32 eager time / this one
+            rows.append(row)
+        del steps
+        for row in rows[-len(BF16_PATHS):]:
+            row['peak_memory_bytes'] = bf16_peak(case, row['path'], quick)
+    return rows
+
+
 # ----------------------------------------------------------------------------- main
 def plan(device, quick):
     """Shapes and repeats per device: paper shapes on CUDA, small ones on CPU."""
@@ -439,7 +539,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--quick', action='store_true', help='small shapes and few repeats')
     parser.add_argument('--json', metavar='PATH', type=path_arg, help='write all measurements and ratios to PATH')
-    parser.add_argument('--sections', default='attn,optim,train', help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument('--sections', default=None, help=f"comma-separated subset of {','.join(SECTIONS)} (default: "
+                        f"attn,optim,train, and bf16 on the CPU)")
     parser.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1'")
     parser.add_argument('--repeats', type=int, default=0, help='timed rounds per measurement (0: per device)')
     parser.add_argument('--compile', action=argparse.BooleanOptionalAction, default=None,
@@ -457,13 +558,16 @@ def main(argv=None):
             check_output(args.json, '--json', make=True)
         except ValueError as e:
             parser.error(str(e))
-    sections = [s for s in args.sections.split(',') if s]
-    if not sections or any(s not in SECTIONS for s in sections):
-        parser.error(f"--sections={args.sections!r}: allowed a comma-separated subset of {','.join(SECTIONS)}")
     device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available() else
                           'cpu' if args.device == 'auto' else args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
         parser.error(f"--device={args.device}: CUDA is not available here; use --device=cpu")
+    sections = [s for s in (args.sections or 'attn,optim,train' + (',bf16' if device.type == 'cpu' else '')).split(',')
+                if s]
+    if not sections or any(s not in SECTIONS for s in sections):
+        parser.error(f"--sections={args.sections!r}: allowed a comma-separated subset of {','.join(SECTIONS)}")
+    if 'bf16' in sections and device.type != 'cpu':
+        parser.error("--sections=bf16 compares the CPU configs' precision paths: it runs with --device=cpu")
     if device.type == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = True   # as train.py
         torch.backends.cudnn.allow_tf32 = True
@@ -479,7 +583,7 @@ def main(argv=None):
     if busy:
         log(f"warning: {busy}; CPU timings will scatter")
     res = {'device': name, 'torch': torch.__version__, 'quick': args.quick, 'cpu_count': os.cpu_count(),
-           'attention': [], 'optimizer': [], 'train': []}
+           'attention': [], 'optimizer': [], 'train': [], 'bf16': []}
     t0 = time.time()
 
     def save():   # after every section and training case: a run stopped at its time limit keeps what it measured
@@ -517,6 +621,9 @@ def main(argv=None):
             if device.type == 'cuda':
                 torch.cuda.empty_cache()
             save()
+    if 'bf16' in sections:
+        res['bf16'] = bench_bf16([c[0] for c in BF16_CASES], repeats, p['warmup'], args.quick, p['best_of'])
+        save()
     save()
     print(report(res))
     print(f"\n{res['elapsed_s']:.1f} s")

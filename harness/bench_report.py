@@ -76,6 +76,16 @@ def report(res):
             lines.append(f"{r['model']:<6} {r['variant']:<20} {shape:>14} {r['dtype']:<9} "
                          f"{str(r['compile']):<7} {r['min_s'] * 1e3:>8.1f} / {r['median_s'] * 1e3:>8.1f} "
                          f"{r['tokens_per_s']:>10,.0f} {mfu:>6} {mem:>22} {ratio:>14}")
+    if res.get('bf16'):
+        lines += ['', "4. a CPU config's training step by precision path (its model, optimizer and batch; speed-up: "
+                      "fp32 eager's time / the path's, per round)",
+                  f"{'config':<7} {'path':<14} {'tokens':>8} {'min / median ms':>21} {'tokens/s':>10} "
+                  f"{'speed-up':>13} {'peak memory':>12}"]
+        for r in res['bf16']:
+            mem = 'n/a' if r['peak_memory_bytes'] is None else fmt_bytes(r['peak_memory_bytes'])
+            lines.append(f"{r['case']:<7} {r['path']:<14} {r['tokens']:>8,} {r['min_s'] * 1e3:>9.1f} / "
+                         f"{r['median_s'] * 1e3:>9.1f} {r['tokens_per_s']:>10,.0f} "
+                         f"{fmt_ratio(r['speedup'], r['speedup_spread']):>13} {mem:>12}")
     cuda = res['device'].split(' ')[0] != 'cpu'
     lines += ['', f"targets ({'CUDA' if cuda else 'CPU'}; median ratios)",
               f"  {'target':<58} {'measured':>9} {'wanted':>9}  met"]
@@ -97,7 +107,8 @@ TARGETS = [('softmax-1 / softmax attention fwd+bwd (worst shape)', 'attn_softmax
            ('softmax-1 + OrthoAdam / vanilla training step, 60M', 'train_step_s1oa_over_vanilla_60m', '<=', 1.03, None),
            ('softmax-1 + OrthoAdam / vanilla training step, 130M', 'train_step_s1oa_over_vanilla_130m', '<=', 1.03,
             None),
-           ('vanilla 130M MFU (paper batch, T = 256)', 'mfu_vanilla_130m', '>=', 0.45, None)]
+           ('vanilla 130M MFU (paper batch, T = 256)', 'mfu_vanilla_130m', '>=', 0.45, None),
+           ('bf16 compiled / fp32 eager tokens/s, config/laptop/base.py', 'bf16_speedup_laptop', '>=', None, 2.5)]
 
 
 def judge(res):
@@ -129,6 +140,9 @@ def derive(res):
         mfu = [r['mfu'] for r in rows if r['variant'] == 'vanilla']
         res[f'train_step_s1oa_over_vanilla_{size}'] = ratio[0] if ratio else None
         res[f'mfu_vanilla_{size}'] = mfu[0] if mfu else None
+    for case, path in (('laptop', 'bf16 compiled'), ('bb', 'bf16 eager')):   # the path each config trains with
+        rows = [r['speedup'] for r in res.get('bf16', ()) if (r['case'], r['path']) == (case, path)]
+        res[f'bf16_speedup_{case}'] = rows[0] if rows else None
     return res
 
 
@@ -148,6 +162,9 @@ def unreliable(res, busy):
     for r in res['optimizer']:
         if r['step_over_adamw_spread'] > MAX_SPREAD:
             reasons.append(f"optim {r['model']} {r['optimizer']}: spread {100 * r['step_over_adamw_spread']:.0f}%")
+    for r in res.get('bf16', ()):
+        if r['speedup_spread'] > MAX_SPREAD:
+            reasons.append(f"bf16 {r['case']} {r['path']}: spread {100 * r['speedup_spread']:.0f}%")
     for r in res['train']:
         if r.get('step_over_vanilla_spread', 0) > MAX_SPREAD:
             reasons.append(f"train {r['model']} {r['grad_accum']}x{r['batch_size']}x{r['block_size']}: spread "
