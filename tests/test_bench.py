@@ -18,7 +18,7 @@ RATIOS = ('attn_softmax1_over_softmax', 'optim_state_orthoadam_over_adamw', 'opt
 def test_quick_run_writes_ratios(tmp_path):
     out = tmp_path / 'bench.json'
     run = subprocess.run([sys.executable, 'bench.py', '--quick', '--device=cpu', '--repeats=2', f'--json={out}'],
-                         cwd=ROOT, capture_output=True, text=True, timeout=240)
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert 'targets (CPU' in run.stdout and 'optim tiny' in run.stderr   # table on stdout, progress on stderr
     res = json.loads(out.read_text())
@@ -38,6 +38,15 @@ def test_quick_run_writes_ratios(tmp_path):
     assert res['train_step_s1oa_over_vanilla'] == res['train_step_s1oa_over_vanilla_by_accum']['2']
     assert all(r['tokens_per_s'] * r['median_s'] == pytest.approx(r['grad_accum'] * 8 * 64) for r in res['train'])
     assert all(r['mfu'] is None and r['peak_memory_bytes'] > 0 for r in res['train'])   # no MFU on CPU
+    # the bf16 section: each CPU config in its three paths; fp32 eager is its own baseline; the peak memory of a
+    # step holds at least the parameters (config/laptop/base.py: 4 x 256 with a 257-byte vocabulary, ~3.3 M)
+    assert [(r['case'], r['path']) for r in res['bf16']] == [(c, p) for c in ('laptop', 'bb') for p in (
+        'fp32 eager', 'bf16 eager', 'bf16 compiled')]
+    assert all(r['tokens'] == 2 * 256 and r['tokens_per_s'] * r['median_s'] == pytest.approx(512) for r in res['bf16'])
+    assert [r['speedup'] for r in res['bf16'] if r['path'] == 'fp32 eager'] == [1.0, 1.0]
+    assert all(r['peak_memory_bytes'] is None or r['peak_memory_bytes'] > 3e6 * 4 for r in res['bf16']
+               if r['case'] == 'laptop')
+    assert res['bf16_speedup_laptop'] == res['bf16'][2]['speedup'] and res['bf16_speedup_bb'] == res['bf16'][4]['speedup']
 
 
 def test_sections_subset_and_errors(tmp_path):
