@@ -22,6 +22,15 @@ CASES = ([(field, value) for field, values in CHOICES.items() for value in value
          + [('orthoadam_rotation', r) for r in orthoadam.ROTATIONS] + [('orthoadam_axes', a) for a in orthoadam.AXES])
 
 
+def choice_config(field, value, n_embd, block_size):
+    """A small model with one choice set (an OrthoAdam key selects OrthoAdam), as train.py resolves a config."""
+    cfg = dict(train_config.DEFAULTS, n_layer=2, n_head=2, n_embd=n_embd, block_size=block_size, vocab_size=64,
+               bias=True, learning_rate=3e-3, weight_decay=0.1, **{field: value})
+    if field.startswith('orthoadam_'):
+        cfg['optimizer'] = 'orthoadam'
+    return cfg
+
+
 def build(cfg):
     torch.manual_seed(0)
     model = GPT(GPTConfig(**{k: cfg[k] for k in train_config.MODEL_KEYS}))
@@ -38,10 +47,7 @@ def step(model, opt, batch):
 
 @pytest.mark.parametrize('field,value', CASES, ids=[f'{f}={v}' for f, v in CASES])
 def test_every_choice_takes_steps_and_resumes_exactly(field, value):
-    cfg = dict(train_config.DEFAULTS, n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=64, bias=True,
-               learning_rate=3e-3, weight_decay=0.1, **{field: value})
-    if field.startswith('orthoadam_'):
-        cfg['optimizer'] = 'orthoadam'
+    cfg = choice_config(field, value, n_embd=16, block_size=8)
     g = torch.Generator().manual_seed(1)
     batch = [torch.randint(0, 64, (4, 8), generator=g) for _ in range(2)]
     model, opt = build(cfg)
@@ -92,10 +98,7 @@ def steps_in(cfg, dtype, batches):
 
 @pytest.mark.parametrize('field,value', CASES, ids=[f'{f}={v}' for f, v in CASES])
 def test_every_choice_trains_in_bf16_as_in_fp32(field, value):
-    cfg = dict(train_config.DEFAULTS, n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, bias=True,
-               learning_rate=3e-3, weight_decay=0.1, **{field: value})
-    if field.startswith('orthoadam_'):
-        cfg['optimizer'] = 'orthoadam'
+    cfg = choice_config(field, value, n_embd=32, block_size=16)
     g = torch.Generator().manual_seed(2)
     batches = [[torch.randint(0, 64, (8, 16), generator=g) for _ in range(2)]] * BF16_STEPS   # one batch, learnt
     fp32, _, _ = steps_in(cfg, torch.float32, batches)
