@@ -27,10 +27,11 @@ def test_bench_parts_merge_and_targets_are_judged_by_hand():
     assert targets == {'attn_softmax1_over_softmax': (1.02, True), 'attn_bias_over_softmax': (1.06, False),
                        'optim_step_orthoadam_over_adamw': (2.5, False), 'optim_state_orthoadam_over_adamw': (None, None),
                        'train_step_s1oa_over_vanilla_60m': (1.04, False), 'train_step_s1oa_over_vanilla_130m': (1.01, True),
-                       'mfu_vanilla_130m': (0.46, True)}
+                       'mfu_vanilla_130m': (0.46, True), 'bf16_speedup_laptop': (None, None)}   # the CPU's alone
     assert bench_report.judge({})[0]['met'] is None   # not measured is not a failure
     cpu = {t['key']: t['target'] for t in bench_report.judge({'device': 'cpu (2 cores)'})}
     assert cpu['attn_softmax1_over_softmax'] == '<= 1.05' and cpu['mfu_vanilla_130m'] == '-'   # CUDA's alone
+    assert cpu['bf16_speedup_laptop'] == '>= 2.5'
 
 
 def test_junit_summary_counts_and_failure_messages(tmp_path):

@@ -351,7 +351,8 @@ def test_data_of_another_tokenizer_is_refused_with_the_command_that_makes_it(tin
         measure.analyze(lm, str(wrong), 5, 2, 'cpu')
     msg = str(e.value)
     assert 'does not fit' in msg and '\n' not in msg
-    assert f'python prepare_c4.py --source installed_docstrings --tokenizer hf:{tiny_public} --out_dir {wrong}_tiny-llama' in msg
+    assert (f'python prepare_c4.py --source installed_docstrings --tokenizer hf:{tiny_public} --max_docs 120 '
+            f'--out_dir {wrong}_tiny-llama') in msg   # the data's settings travel with the advice
     right = dataset.prepare_installed_docstrings(tmp_path / 'right', f'hf:{tiny_public}', max_docs=120)
     result, _ = measure.analyze(lm, str(right), 5, 2, 'cpu')
     assert result['data']['documents'] == 1 and math.isfinite(result['ppl'])    # 120 documents: 1 in val
