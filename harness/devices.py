@@ -77,8 +77,14 @@ def setup_distributed(cfg):
     return rank, local_rank, world, cfg['device'], device_type
 
 
+# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: with one, oneDNN uses no bf16 instruction
+NO_BF16_ISA = {'SSE41', 'AVX', 'AVX2', 'AVX2_VNNI', 'AVX2_VNNI_2', 'AVX512_CORE', 'AVX512_CORE_VNNI'}
+
+
 def cpu_bf16():
-    """Whether this CPU computes bf16 natively: AMX tiles (matrix units) or AVX512-BF16."""
+    """Whether this CPU computes bf16 natively: AMX tiles (matrix units) or AVX512-BF16, and oneDNN may use them."""
+    if os.environ.get('ONEDNN_MAX_CPU_ISA', '').upper() in NO_BF16_ISA:
+        return False
     return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
 
 

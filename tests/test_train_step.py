@@ -109,3 +109,20 @@ def test_every_choice_trains_in_bf16_as_in_fp32(field, value):
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert all(t.dtype in (torch.float32, torch.int64) or t.dim() == 0 for s in opt.state.values() for t in s.values()
                if isinstance(t, torch.Tensor))
+
+
+def test_a_cpu_without_native_bf16_is_named(monkeypatch, capsys):
+    """cpu_bf16 follows the CPU's flags and oneDNN's cap on them: ONEDNN_MAX_CPU_ISA=AVX512_CORE hides AMX and
+    AVX512-BF16 from oneDNN, and a bf16 run then says that it runs emulated."""
+    from harness import devices
+    monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: True)
+    monkeypatch.setattr(torch.cpu, '_is_avx512_bf16_supported', lambda: False)
+    monkeypatch.delenv('ONEDNN_MAX_CPU_ISA', raising=False)
+    assert devices.cpu_bf16()
+    monkeypatch.setenv('ONEDNN_MAX_CPU_ISA', 'avx512_core')
+    assert not devices.cpu_bf16()
+    monkeypatch.setenv('ONEDNN_MAX_CPU_ISA', 'AVX512_CORE_AMX')
+    assert devices.cpu_bf16()
+    monkeypatch.setenv('ONEDNN_MAX_CPU_ISA', 'AVX2')
+    devices.setup_distributed({'device': 'cpu', 'dtype': 'bfloat16'})
+    assert 'runs emulated' in capsys.readouterr().err
