@@ -117,7 +117,7 @@ import sys
 from harness import provenance
 from harness.devices import choose_device
 from harness.entry import run_script
-from harness.fileio import check_output, path_arg, write_json
+from harness.fileio import check_output, integer, path_arg, write_json
 from harness.measure import SINK_EPS, analyze, choose_bos, data_or_hint, default_batch_size, optimizer_basis
 from harness.plots import (plot_attention_layers, plot_attention_maps, plot_hidden_layers, plot_hidden_states,
                            plot_layer_progression, plot_optimizer_basis, plot_training_curves, plot_trajectories)
@@ -136,10 +136,10 @@ def main(argv=None):
                    '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
     p.add_argument('--bos', default='auto', help="token prepended to every document: auto (the model's convention), "
                    "none, eot (the data's document separator) or a token id")
-    p.add_argument('--max_docs', type=int, default=100_000, help='first N validation documents (0 = all)')
-    p.add_argument('--batch_size', type=int, default=None, help='documents per forward pass (default: 8 on CUDA, 1 on '
+    p.add_argument('--max_docs', type=integer, default=100_000, help='first N validation documents (0 = all)')
+    p.add_argument('--batch_size', type=integer, default=None, help='documents per forward pass (default: 8 on CUDA, 1 on '
                    'CPU, where one document at a time was measured fastest; the numbers do not depend on it)')
-    p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: see docstring)')
+    p.add_argument('--block_size', type=integer, default=None, help='max tokens per document (default: see docstring)')
     p.add_argument('--sink_eps', type=float, default=SINK_EPS, help='threshold epsilon of sink_rate (Gu et al.): a head '
                    'is a sink in a document when its mean attention on the first token exceeds it (default 0.3)')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")

@@ -64,7 +64,7 @@ from attention import attention, attention_probs, extra_key_attention, sink_rout
 from harness.bench_report import attn_key, derive, report, spread, unreliable
 from harness.devices import peak_flops
 from harness.entry import run_script
-from harness.fileio import check_output, disk_full, disk_full_text, path_arg, write_json
+from harness.fileio import check_output, disk_full, disk_full_text, integer, path_arg, write_json
 from harness.optimizers import configure_optimizer
 from harness.train_config import DEFAULTS
 from model import GPT, GPTConfig
@@ -542,7 +542,7 @@ def main(argv=None):
     parser.add_argument('--sections', default=None, help=f"comma-separated subset of {','.join(SECTIONS)} (default: "
                         f"attn,optim,train, and bf16 on the CPU)")
     parser.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1'")
-    parser.add_argument('--repeats', type=int, default=0, help='timed rounds per measurement (0: per device)')
+    parser.add_argument('--repeats', type=integer, default=0, help='timed rounds per measurement (0: per device)')
     parser.add_argument('--compile', action=argparse.BooleanOptionalAction, default=None,
                         help='torch.compile the training step (default: on CUDA only)')
     parser.add_argument('--grad_accum', default='', metavar='N[,N...]',

@@ -67,7 +67,7 @@ import torch.nn as nn
 
 from harness import devices, measure, provenance, runs, tables
 from harness.entry import run_script
-from harness.fileio import check_output, model_label, path_arg, portable_path, write_json
+from harness.fileio import check_output, integer, model_label, path_arg, portable_path, write_json
 
 PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
 
@@ -340,9 +340,9 @@ def main(argv=None):
                    '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
     p.add_argument('--bos', default='auto', help="token prepended to every document: auto (the model's convention), "
                    "none, eot (the data's document separator) or a token id")
-    p.add_argument('--max_docs', type=int, default=100_000, help='first N validation documents (0 = all)')
-    p.add_argument('--batch_size', type=int, default=8, help='documents per forward pass (per-tensor scales span it)')
-    p.add_argument('--block_size', type=int, default=None, help='max tokens per document (default: as analyze.py)')
+    p.add_argument('--max_docs', type=integer, default=100_000, help='first N validation documents (0 = all)')
+    p.add_argument('--batch_size', type=integer, default=8, help='documents per forward pass (per-tensor scales span it)')
+    p.add_argument('--block_size', type=integer, default=None, help='max tokens per document (default: as analyze.py)')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     p.add_argument('--json', metavar='PATH', type=path_arg,
                    help='write the results of all models to PATH (format: see above)')

@@ -48,7 +48,7 @@ import xml.etree.ElementTree as ET
 
 from harness import bench_report
 from harness.entry import run_script, start_child, stop_child
-from harness.fileio import atomic_write, check_output, path_arg, write_json
+from harness.fileio import atomic_write, check_output, integer, path_arg, write_json
 from pinned_corpus.build import ARCHIVE_FILE, find_archive
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -271,13 +271,13 @@ def main(argv=None):
     p.add_argument('--data', default='data/pinned_archive', type=path_arg,
                    help='prepared dataset for the train part (made with '
                    f'prepare_c4.py --source pinned --subset archive when missing, from data/{ARCHIVE_FILE} when there)')
-    p.add_argument('--train_iters', type=int, default=100, help='training steps per variant (train part)')
-    p.add_argument('--eval_tokens', type=int, default=262_144, help='validation tokens of each run (train part)')
-    p.add_argument('--analyze_docs', type=int, default=200, help='validation documents analysed per run')
-    p.add_argument('--nproc', type=int, default=1, help='GPUs for the train part (torchrun when > 1)')
+    p.add_argument('--train_iters', type=integer, default=100, help='training steps per variant (train part)')
+    p.add_argument('--eval_tokens', type=integer, default=262_144, help='validation tokens of each run (train part)')
+    p.add_argument('--analyze_docs', type=integer, default=200, help='validation documents analysed per run')
+    p.add_argument('--nproc', type=integer, default=1, help='GPUs for the train part (torchrun when > 1)')
     p.add_argument('--train_args', default='', help="extra train.py overrides for every variant, e.g. "
                    "'--batch_size=32 --gradient_accumulation_steps=16' (same global batch, less memory)")
-    p.add_argument('--timeout', type=int, default=300, help="seconds allowed to each part (a part's "
+    p.add_argument('--timeout', type=integer, default=300, help="seconds allowed to each part (a part's "
                    "subprocesses share it): the default fits a ten-minute call of a lent GPU")
     args = p.parse_args(argv)
     parts = [s for s in args.parts.split(',') if s]

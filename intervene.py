@@ -54,7 +54,7 @@ import torch
 
 from harness import devices, measure, runs, tables
 from harness.entry import run_script
-from harness.fileio import check_output, model_label, path_arg, write_json
+from harness.fileio import check_output, integer, model_label, path_arg, write_json
 from model import GPT
 
 INTERVENTIONS = ('none', 'zero', 'mean', 'zero_random', 'mask_first_key')
@@ -224,7 +224,7 @@ def main(argv=None):
                    help='Hugging Face GPT-2 / Llama models (local files only) or GGUF files')
     p.add_argument('--interventions', default=','.join(INTERVENTIONS[1:]),
                    help=f"comma-separated, from {', '.join(INTERVENTIONS[1:])} (default: all; none always runs)")
-    p.add_argument('--k', type=int, default=2, help='channels per layer that zero, mean and zero_random change')
+    p.add_argument('--k', type=integer, default=2, help='channels per layer that zero, mean and zero_random change')
     p.add_argument('--massive_only', action='store_true', help="zero, mean and zero_random change only the chosen "
                    "channels that pass Sun et al.'s bar, in the layers where they do (zero_random: as many random "
                    "ones)")
@@ -233,9 +233,9 @@ def main(argv=None):
                    '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
     p.add_argument('--bos', default='auto', help="token prepended to every document: auto (the model's convention), "
                    "none, eot (the data's document separator) or a token id")
-    p.add_argument('--max_docs', type=int, default=100_000, help='first N validation documents (0 = all)')
-    p.add_argument('--batch_size', type=int, default=None, help='documents per forward pass (default: as analyze.py)')
-    p.add_argument('--block_size', type=int, default=None, help='max tokens per document, >= 2 and above a '
+    p.add_argument('--max_docs', type=integer, default=100_000, help='first N validation documents (0 = all)')
+    p.add_argument('--batch_size', type=integer, default=None, help='documents per forward pass (default: as analyze.py)')
+    p.add_argument('--block_size', type=integer, default=None, help='max tokens per document, >= 2 and above a '
                    'causal_free_prefix (default: as analyze.py)')
     p.add_argument('--sink_eps', type=float, default=measure.SINK_EPS, help="sink_rate's threshold (as analyze.py)")
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")

@@ -31,7 +31,7 @@ import torch
 
 from harness.devices import choose_device
 from harness.entry import run_script
-from harness.fileio import PrepareError, path_arg
+from harness.fileio import PrepareError, integer, path_arg
 from harness.runs import check_ckpt, load_gpt
 from harness.tokenizer import load_tokenizer
 
@@ -104,11 +104,11 @@ def main(argv=None):
     p.add_argument('--init_from', metavar='NAME', type=path_arg,
                    help='a public model: hf:NAME_OR_DIR or hf:FILE.gguf (local files)')
     p.add_argument('--start', default='', help="the prompt: text, or FILE:path for a file's contents (default: empty)")
-    p.add_argument('--num_samples', type=int, default=3, help='samples to draw (default 3)')
-    p.add_argument('--max_new_tokens', type=int, default=200, help='tokens generated per sample (default 200)')
+    p.add_argument('--num_samples', type=integer, default=3, help='samples to draw (default 3)')
+    p.add_argument('--max_new_tokens', type=integer, default=200, help='tokens generated per sample (default 200)')
     p.add_argument('--temperature', type=float, default=0.8, help='0 = greedy; default 0.8')
-    p.add_argument('--top_k', type=int, default=200, help='sample among the k most likely tokens; 0 = all (default 200)')
-    p.add_argument('--seed', type=int, default=1337, help='random seed of the draws (default 1337)')
+    p.add_argument('--top_k', type=integer, default=200, help='sample among the k most likely tokens; 0 = all (default 200)')
+    p.add_argument('--seed', type=integer, default=1337, help='random seed of the draws (default 1337)')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     args = p.parse_args(argv)
     try:

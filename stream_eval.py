@@ -59,7 +59,8 @@ import torch.nn.functional as F
 
 from harness.devices import choose_device
 from harness.entry import run_script
-from harness.fileio import PrepareError, check_output, model_label, path_arg, portable_path, read_json, write_json
+from harness.fileio import (PrepareError, check_output, integer, model_label, path_arg, portable_path, read_json,
+                            write_json)
 from harness.measure import check_data, choose_bos, data_or_hint
 from harness.plots import _pyplot, _save
 from harness.runs import check_ckpt, load_gpt, read_paths
@@ -222,12 +223,12 @@ def main(argv=None):
     p.add_argument('--data', default=None, type=path_arg,
                    help="prepared dataset folder (prepare_c4.py); its val split is the stream "
                    "(default: a checkpoint's own training data, data/c4 for public models)")
-    p.add_argument('--tokens', type=int, default=2048, help='length of the stream, the BOS included')
-    p.add_argument('--windows', type=int, nargs='+', default=[128, 256], metavar='W', help='recent tokens kept')
-    p.add_argument('--sinks', type=int, nargs='+', default=[0, 1, 4], metavar='K', help='first tokens kept')
+    p.add_argument('--tokens', type=integer, default=2048, help='length of the stream, the BOS included')
+    p.add_argument('--windows', type=integer, nargs='+', default=[128, 256], metavar='W', help='recent tokens kept')
+    p.add_argument('--sinks', type=integer, nargs='+', default=[0, 1, 4], metavar='K', help='first tokens kept')
     p.add_argument('--bos', default='auto', help="token before the stream: auto (the model's convention), none, eot "
                    "or a token id")
-    p.add_argument('--smooth', type=int, default=64, help='tokens per point of the plotted moving average')
+    p.add_argument('--smooth', type=integer, default=64, help='tokens per point of the plotted moving average')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     p.add_argument('--json', metavar='PATH', type=path_arg,
                    help='write results: PATH.json for one model, else a folder')

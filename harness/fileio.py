@@ -204,6 +204,16 @@ def atomic_write(path, mode="w", sync=False, **kwargs):
         raise
 
 
+def copy_atomic(src, dst):
+    """Copy the file src to dst (a file's path, or a folder: dst/<src's name>) through atomic_write: a full disk or a
+    kill leaves dst as it was, never a cut copy. Returns the path written."""
+    if os.path.isdir(dst):
+        dst = os.path.join(dst, os.path.basename(src))
+    with open(src, "rb") as f, atomic_write(dst, "wb") as out:
+        shutil.copyfileobj(f, out)
+    return dst
+
+
 def temporary_folder(path, program) -> str:
     """A new folder beside `path` (PATH.<8 hex>.tmp), created exclusively (os.mkdir: an existing name is never
     followed) and marked as `program`'s at once, so that a killed write leaves a folder only `program` removes.
@@ -429,6 +439,9 @@ def number(kind=float, low=None, high=None, low_open=False, what=""):
         return value
     parse.__name__ = kind.__name__   # argparse names the type in its messages
     return parse
+
+
+integer = number(int)   # argparse type of every script's integer options: 100000, 100_000 or 1e5 alike
 
 
 def _whole(text):

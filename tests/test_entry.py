@@ -33,7 +33,8 @@ def wiring_problems(source):
     """What keeps a script's source from ending the one way: its `if __name__ == '__main__':` must be one call,
     run_script(main, ...), of harness.entry's run_script, with main a function of the file; a child process is
     started by entry.start_child (never subprocess.Popen, nor a session of its own that no signal reaches); a
-    KeyboardInterrupt caught is raised again (run_script says how the script ended)."""
+    KeyboardInterrupt caught is raised again (run_script says how the script ended); an integer option is parsed by
+    fileio.integer, one rule for every script (100000, 100_000 and 1e5 alike)."""
     tree, found = ast.parse(source), []
     imported = any(isinstance(n, ast.ImportFrom) and n.module == 'harness.entry' and
                    any(a.name == 'run_script' for a in n.names) for n in ast.walk(tree))
@@ -55,6 +56,8 @@ def wiring_problems(source):
             found.append(f"line {n.lineno}: subprocess.Popen: start a child with entry.start_child")
         if isinstance(n, ast.keyword) and n.arg == 'start_new_session':
             found.append(f"line {n.lineno}: start_new_session: entry.start_child gives a child its session")
+        if isinstance(n, ast.keyword) and n.arg == 'type' and getattr(n.value, 'id', None) == 'int':
+            found.append(f"line {n.lineno}: type=int: an integer option takes fileio.integer (1e5 as 100000)")
         if isinstance(n, ast.ExceptHandler) and 'KeyboardInterrupt' in ast.dump(n.type or ast.Name('')) and not (
                 n.body and isinstance(n.body[-1], ast.Raise) and n.body[-1].exc is None):
             found.append(f"line {n.lineno}: a KeyboardInterrupt caught and not raised again")
@@ -77,6 +80,9 @@ def test_the_wiring_check_finds_each_way_a_script_can_miss_the_entry_point():
     swallowed = good.replace('    pass', '    try:\n        f()\n    except KeyboardInterrupt:\n        print()')
     assert wiring_problems(swallowed) == ['line 6: a KeyboardInterrupt caught and not raised again']
     assert wiring_problems(swallowed.replace('        print()', '        print()\n        raise')) == []
+    parsed = good.replace('    pass', "    p.add_argument('--n', type=int)")
+    assert wiring_problems(parsed) == ['line 4: type=int: an integer option takes fileio.integer (1e5 as 100000)']
+    assert wiring_problems(parsed.replace('type=int', 'type=integer')) == []
 
 
 def test_every_script_ends_through_the_entry_point():

@@ -211,6 +211,30 @@ def test_atomic_write_never_follows_a_name_already_there(tmp_path, fail):
                                                   [f'q.json.{i:08x}.tmp' for i in range(3)])
 
 
+def test_a_copy_on_a_full_disk_leaves_the_old_file_or_none(tmp_path, monkeypatch):
+    """copy_atomic (gpu_queue's figures): the disk fills half way through the copy; the destination keeps its old
+    bytes, a new name is not created, and no temporary file stays. Then a copy that fits writes the same bytes."""
+    import shutil
+    from harness import fileio
+    src = tmp_path / 'figure.png'
+    src.write_bytes(bytes(range(256)) * 40)
+    (tmp_path / 'out').mkdir()
+    (tmp_path / 'old.png').write_bytes(b'old')
+
+    def half_then_full(f, out):
+        out.write(f.read(5000))
+        raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(shutil, 'copyfileobj', half_then_full)
+    for dst in (tmp_path / 'out', tmp_path / 'old.png'):
+        with pytest.raises(OSError):
+            fileio.copy_atomic(src, dst)
+    assert os.listdir(tmp_path / 'out') == [] and (tmp_path / 'old.png').read_bytes() == b'old'
+    assert sorted(os.listdir(tmp_path)) == ['figure.png', 'old.png', 'out']
+    monkeypatch.undo()
+    assert fileio.copy_atomic(src, tmp_path / 'out') == str(tmp_path / 'out' / 'figure.png')
+    assert (tmp_path / 'out' / 'figure.png').read_bytes() == src.read_bytes()
+
+
 @pytest.mark.parametrize('kind, low, high, text, ok', [
     (float, 0, None, '0', 0.0), (float, 0, None, '1e-6', 1e-6), (float, 0, None, 'nan', None),
     (float, 0, None, 'inf', None), (float, 0, None, '-inf', None), (float, 0, None, '-0.5', None),

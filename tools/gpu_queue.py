@@ -47,7 +47,7 @@ sys.path.insert(0, ROOT)
 
 # library modules of the repository root (E402: imported once sys.path holds it)
 from harness.entry import run_script, start_child, stop_child, stopping   # noqa: E402
-from harness.fileio import MARK, atomic_write, check_output, path_arg, temporary_folder, write_json   # noqa: E402
+from harness.fileio import MARK, atomic_write, check_output, copy_atomic, path_arg, temporary_folder, write_json  # noqa: E402
 from harness.provenance import git_commit   # noqa: E402
 from harness.recipe import PACK_LIMIT, pack_run, run_state, stopped_by   # noqa: E402
 
@@ -282,7 +282,7 @@ def run_rows(call, job_minutes=None):
     figure = os.path.join(scale_dir(call), f'{item.tables[0]}_trajectories.png')
     pack_rows(call, dirs, extra=tables + [figure])
     if os.path.isfile(figure):
-        shutil.copy(figure, call.out)
+        copy_atomic(figure, call.out)
     call.status['rows'] = {os.path.basename(d): row_status(d, quant) for d in dirs.values()}
     return all(row_complete(s) for s in call.status['rows'].values())
 
@@ -329,9 +329,9 @@ def keep_outputs(call, names):
     for name in names:
         here, kept = os.path.join(call.out, name), os.path.join(call.state_dir, name)
         if os.path.isfile(here):
-            shutil.copy(here, kept)
+            copy_atomic(here, kept)
         elif os.path.isfile(kept):
-            shutil.copy(kept, here)
+            copy_atomic(kept, here)
 
 
 # ----------------------------------------------------------------------------- bench
