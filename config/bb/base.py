@@ -18,6 +18,6 @@ batch_size, gradient_accumulation_steps, max_iters = 64, 8, 1000
 # an evaluation (and ckpt.pt) every 100 steps, about 8 minutes on one core: a stopped row resumes losing little
 eval_interval, eval_tokens, log_interval = 100, 65_536, 50
 probe_interval, probe_docs = 25, 64   # the dynamics: every 25 steps on 64 validation sequences
-# bf16 autocast (fp32 weights and optimizer state): 3.1x fp32's tokens/s on one core here, the same dynamics as fp32
+# bf16 autocast (fp32 weights and optimizer state): 2.4x fp32's tokens/s on one core here, the same dynamics as fp32
 # (docs/reproducing.md); eager: torch.compile made this step slower (bench.py --sections bf16)
 device, compile, dtype = 'cpu', False, 'bfloat16'

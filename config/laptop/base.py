@@ -16,6 +16,7 @@ learning_rate, min_lr, beta2, weight_decay = 2e-3, 2e-4, 0.95, 0.1
 warmup_iters, max_iters = 100, 4000   # p08's 1,800 steps reached kurtosis 17 and were still rising; bf16 buys more
 eval_interval, eval_tokens, log_interval = 1000, 65_536, 100
 probe_interval, probe_docs = 250, 16
-# bf16 autocast with fp32 weights and optimizer state, compiled: 2.5x fp32 eager's tokens/s on one core here
-# (bench.py --sections bf16; eager bf16 2.2x: compile fuses the norms, GELU and casts around the matmuls)
+# bf16 autocast with fp32 weights and optimizer state, compiled: 2.50x fp32 eager's tokens/s on one core here
+# (bench.py --sections bf16; eager bf16 2.06x: compile fuses the norms, GELU and casts around the matmuls);
+# on a CPU without AMX or AVX512-BF16 bf16 is emulated, 3x slower than fp32: run it with --dtype=float32
 device, compile, dtype = 'cpu', True, 'bfloat16'
