@@ -204,6 +204,17 @@ def atomic_write(path, mode="w", sync=False, **kwargs):
         raise
 
 
+def torch_load(path, **kwargs):
+    """torch.load of a file torch.save writes (a zip archive). Anything else raises ValueError before the unpickler
+    sees it: random bytes unpickled can make CPython print a stray line (a SystemError about a bytearray's exported
+    buffers) to stderr beside the one-line error a caller prints."""
+    import zipfile
+    if not zipfile.is_zipfile(path):
+        raise ValueError("not a file torch.save writes (a zip archive): truncated, or other bytes")
+    import torch
+    return torch.load(path, **kwargs)
+
+
 def copy_atomic(src, dst):
     """Copy the file src to dst (a file's path, or a folder: dst/<src's name>) through atomic_write: a full disk or a
     kill leaves dst as it was, never a cut copy. Returns the path written."""

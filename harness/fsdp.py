@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from harness.devices import agree
-from harness.fileio import disk_full, disk_full_text, ours, temporary_folder
+from harness.fileio import disk_full, disk_full_text, ours, temporary_folder, torch_load
 from harness.train_config import TrainingError
 from model import GPT, GPTConfig
 from orthoadam import rotated_axes
@@ -187,7 +187,7 @@ def named_shards(path):
     """The sharded checkpoint {'dir', 'world'} a checkpoint file names, or None (none, absent, unreadable). Reads
     the file memory-mapped: the weights are not read."""
     try:
-        ckpt = torch.load(path, map_location='cpu', mmap=True, weights_only=False)
+        ckpt = torch_load(path, map_location='cpu', mmap=True, weights_only=False)
     except Exception:
         return None
     return ckpt.get('sharded') if isinstance(ckpt, dict) else None

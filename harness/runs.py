@@ -18,7 +18,7 @@ except ImportError:  # Windows: runs go unlocked, with a warning
     fcntl = None
 
 from harness.dataset import DATA_FILES, load_meta, resolve_dataset
-from harness.fileio import MARK, PrepareError, atomic_write, check_output, remove_temporaries, written_by
+from harness.fileio import MARK, PrepareError, atomic_write, check_output, remove_temporaries, torch_load, written_by
 from harness.tokenizer import load_tokenizer, tokenizer_mismatch
 from harness.train_config import DEFAULTS, PUBLIC_MODEL_KEYS, RESUME_IGNORED, RESUME_MUST_MATCH, TrainingError
 from harness.train_data import data_identity
@@ -142,7 +142,7 @@ def load_checkpoint(path):
             raise TrainingError(only_best(path, best))
         raise TrainingError(f"no checkpoint at {path} to resume or evaluate; train with --init_from=scratch first")
     try:
-        ckpt = torch.load(path, map_location='cpu', weights_only=False)
+        ckpt = torch_load(path, map_location='cpu', weights_only=False)
         if not isinstance(ckpt, dict) or not {'model', 'model_args', 'iter_num'} <= set(ckpt):
             raise ValueError('not a train.py checkpoint')
     except Exception as e:
@@ -346,7 +346,7 @@ def read_paths(ckpts=(), data=(), others=()):
             paths += [os.path.join(folder, e) for e in os.listdir(folder)
                       if any(fnmatch.fnmatchcase(e, p) for p in RUN_FILES)]
         try:   # memory-mapped: the weights are not read
-            ckpt = torch.load(path, map_location='cpu', mmap=True, weights_only=False)
+            ckpt = torch_load(path, map_location='cpu', mmap=True, weights_only=False)
             data.append(run_dataset((ckpt.get('config') or {}).get('dataset'), path,
                                     (ckpt.get('data') or {}).get('dir')))
         except Exception:   # not a checkpoint: loading it later says so

@@ -104,6 +104,31 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(bigra
     assert not glob.glob(os.path.join(out, '*.tmp'))
 
 
+def test_bytes_that_are_no_torch_save_file_never_reach_the_unpickler(tmp_path, monkeypatch):
+    """Random bytes unpickled can make CPython print a line of its own to stderr (a SystemError about a bytearray's
+    exported buffers) beside the one-line error: a checkpoint that is not a zip archive, as torch.save writes, is
+    refused before torch.load; a truncated one too (its central directory is gone)."""
+    from harness import runs
+    from harness.train_config import TrainingError
+    path = tmp_path / 'ckpt.pt'
+    torch.save({'model': {}, 'model_args': {}, 'iter_num': 0}, path)
+    good = path.read_bytes()
+
+    class Unpickled(BaseException):   # not an Exception: load_checkpoint's handler does not turn it into its line
+        pass
+
+    def unpickled(*args, **kwargs):
+        raise Unpickled('torch.load was called')
+    monkeypatch.setattr(torch, 'load', unpickled)
+    for content in (bytes(random.Random(0).getrandbits(8) for _ in range(len(good))), good[:len(good) // 2], b''):
+        path.write_bytes(content)
+        with pytest.raises(TrainingError, match='corrupt or not a checkpoint'):
+            runs.load_checkpoint(str(path))
+    monkeypatch.undo()
+    path.write_bytes(good)
+    assert runs.load_checkpoint(str(path))['iter_num'] == 0
+
+
 def test_truncated_or_random_checkpoint_is_one_line_and_changes_nothing(bigram_data, tmp_path, capsys):
     out = str(tmp_path / 'run')
     args = [f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=2', '--eval_interval=1']
