@@ -18,7 +18,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from harness.entry import run_script  # noqa: E402
-from harness.plots import _save  # noqa: E402
+from harness.fileio import check_output  # noqa: E402
+from harness.plots import _pyplot, _save  # noqa: E402
 
 OURS = (('bf16_s1337', 'ours, seed 1337 (bf16)'), ('fp32_s1337', 'ours, seed 1337 (fp32)'),
         ('bf16_s1', 'ours, seed 1'), ('bf16_s2', 'ours, seed 2'),
@@ -65,13 +66,17 @@ def main(argv=None):
     p.add_argument('--out', help='the figure (default RESULTS/onset.png)')
     args = p.parse_args(argv)
     if not os.path.isdir(os.path.join(args.results, 'pilots')):
-        sys.exit(f"error: {args.results} has no pilots/ folder: pass the results folder of the batch-512 pilots")
+        sys.exit(f"bb_onset.py: error: {args.results} has no pilots/ folder: pass the results folder of the batch-512 "
+                 f"pilots")
+    out = args.out or os.path.join(args.results, 'onset.png')
+    try:
+        check_output(out, '--out', inputs=[args.results + os.sep + 'pilots', args.results + os.sep + 'guo_code'],
+                     make=True)
+    except ValueError as e:
+        sys.exit(f"bb_onset.py: error: {e}")
     runs = curves(args.results)
     print(table(runs))
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = _pyplot().subplots(1, 2, figsize=(11, 4))
     for label, (steps, attn, value) in runs.items():
         style = dict(color='black', lw=2) if label.startswith('Guo') else \
             dict(ls='--', marker='.') if label.startswith('their') else dict(marker='o', ms=3)
@@ -81,7 +86,6 @@ def main(argv=None):
     axes[1].set(xlabel='step (512 sequences of 256 tokens)', ylabel='||v_<s>||, layer 0')
     axes[0].legend(fontsize=7)
     fig.suptitle('1-layer softmax + Adam at Guo et al.\'s batch: the onset of the sink, seed by seed')
-    out = args.out or os.path.join(args.results, 'onset.png')
     _save(fig, out)
     print(f'wrote {out}')
 
