@@ -395,12 +395,22 @@ def _subprocess(run, step, cmd, env, echo):
                          f"see {path}")
 
 
+def remaining_time(elapsed, progress):
+    """The ETA of a sweep from the iterations trained so far, in flight included (a row half done beside a
+    finished one counts its half): progress = [(iteration at the sweep's start, max_iters, iteration now)] per row
+    to do; elapsed seconds × iterations left / iterations trained in them. Rows weigh by their iterations, and a
+    resumed row by what it has left."""
+    trained = sum(max(0, now - begin) for begin, _, now in progress)
+    left = sum(max(0, end - max(begin, now)) for begin, end, now in progress)
+    return elapsed * left / trained if trained else float('inf')
+
+
 def run_all(runs, scale, nproc, jobs, chain=Chain()):
     todo = sorted((r for r in runs if status(r) == 'todo'), key=lambda r: -r.cfg['max_iters'])   # longest first
     print(f"{len(runs)} runs, {len(runs) - len(todo)} done, {len(todo)} to do"
           + (f", {jobs} at a time" if jobs > 1 and todo else ''), file=sys.stderr)
     t0, lock, failures, finished = time.time(), threading.Lock(), [], []
-    total_iters = sum(r.cfg['max_iters'] for r in todo)     # the ETA weighs runs by their iterations
+    start = {r.name: run_state(r.cfg['out_dir'], r.cfg['max_iters'])['iter'] for r in todo}   # resumed rows
     slots = list(range(jobs))
 
     def one(run):
@@ -421,10 +431,13 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
                 return
             with lock:
                 finished.append(run)
-                done, done_iters = len(finished), sum(r.cfg['max_iters'] for r in finished)
-                eta = (time.time() - t0) * (total_iters - done_iters) / done_iters
-                print(f"[done {done}/{len(todo)}] {run.name} in {duration(time.time() - t)}; "
-                      f"elapsed {duration(time.time() - t0)}, ETA {duration(eta)}", file=sys.stderr, flush=True)
+                now = {r.name: r.cfg['max_iters'] if r in finished else
+                       run_state(r.cfg['out_dir'], r.cfg['max_iters'])['iter'] for r in todo}
+                eta = remaining_time(time.time() - t0,
+                                     [(start[r.name], r.cfg['max_iters'], now[r.name]) for r in todo])
+                print(f"[done {len(finished)}/{len(todo)}] {run.name} in {duration(time.time() - t)}; elapsed "
+                      f"{duration(time.time() - t0)}, ETA {duration(eta) if eta < float('inf') else '?'}",
+                      file=sys.stderr, flush=True)
         except SweepError as e:
             with lock:
                 failures.append(e)
