@@ -551,12 +551,14 @@ def draw_bb_dynamics(name, runs, out):
     from harness import plots
     with open(os.path.join(ROOT, 'docs', 'results', 'bb-guo-reference.json')) as f:
         reference = json.load(f)['curves']
-    logs = [(f"{row.labels[0]} L, {row.labels[1]} + {row.labels[2]}", os.path.join(run.cfg['out_dir'], 'log.jsonl'),
-             run.cfg['n_layer']) for row in TABLES[name].rows for run in runs for t, r in run.rows if r is row]
+    logs = [(f"{row.labels[0]} L, {row.labels[1]} + {row.labels[2]} (LR {run.cfg['learning_rate']:g})",
+             os.path.join(run.cfg['out_dir'], 'log.jsonl'), run.cfg['n_layer'])
+            for row in TABLES[name].rows for run in runs for t, r in run.rows if r is row]
     logs = [entry for entry in logs if os.path.isfile(entry[1])]
-    ours = {(r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps'], r.cfg['learning_rate']) for r in runs
-            if any(t == name for t, _ in r.rows)}
-    note = f"; ours: {', '.join(f'batch {b}, LR {lr:g}' for b, lr in sorted(ours))}; theirs: batch 512, LR 3e-4"
+    batches = sorted({r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps'] for r in runs
+                      if any(t == name for t, _ in r.rows)})
+    note = (f"\nours at batch {'/'.join(map(str, batches))} (each row's LR in the legend); theirs at batch 512, "
+            f"Adam LR 3e-4, SGD LR 0.03")
     return plots.plot_bb_dynamics(logs, reference, os.path.join(out, f'{name}_dynamics.png'), note) if logs else None
 
 

@@ -249,13 +249,17 @@ def plot_bb_dynamics(runs, reference, path, note=''):
     if not curves:
         return None
     last = max(e['iter'] for _, evals, _ in curves for e in evals)
-    variants = list(dict.fromkeys(label.split(', ')[-1] for label, _, _ in curves))
+
+    def variant(label):   # '1 L, softmax + Adam (LR 0.0003)' -> 'softmax + Adam': one colour per variant
+        return label.split(', ')[-1].split(' (')[0]
+
+    variants = list(dict.fromkeys(variant(label) for label, _, _ in curves))
     fig, axes = plt.subplots(1, 3, figsize=(19, 5.2), layout='constrained')
     for ax, (title, key, theirs) in zip(axes, BB_PANELS):
         for label, evals, n_layer in curves:
             y = [(e['probe'].get('per_layer') or {}).get(key, [None])[0] for e in evals]
             ax.plot([e['iter'] for e in evals], [math.nan if v is None else v for v in y], '-' if n_layer == 1 else '--',
-                    color=f"C{variants.index(label.split(', ')[-1]) % 10}", label=label)
+                    color=f"C{variants.index(variant(label)) % 10}", label=label)
         for i, (name, curve) in enumerate(reference.items()):   # one shade per curve, in every panel alike
             if theirs in curve:
                 steps = [s for s in curve['step'] if s <= last]
@@ -267,7 +271,7 @@ def plot_bb_dynamics(runs, reference, path, note=''):
         ax.title.set_fontsize(10)
         ax.grid(alpha=0.3)
     fig.suptitle('Extreme-token dynamics on Bigram-Backcopy: ours (probes of log.jsonl, layer 0) beside Guo et al. '
-                 f'(2024, their released curves){note}')
+                 f'(2024, their released curves){note}', fontsize=11)
     handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
     fig.legend(list(handles.values()), list(handles), loc='outside right upper', fontsize=8)
     return _save(fig, path)
