@@ -86,7 +86,8 @@ One batch holds every layer's (B, H, T, T) attention map: lower --batch_size for
 JSON (--json PATH: a file for one model; a folder, one <label>.json per model, for several; the folder is
 created before any model runs):
   model, kind ('ours' | 'hf'), config (model_args or the Hugging Face config, n_params; ours also
-  optimizer, iter_num, dataset), data {dir, split, tokenizer, source, stand_in_for_c4, max_docs,
+  optimizer, iter_num, dataset), data {dir, split, val_sha256 (the split's sha256 from meta.json), tokenizer,
+  source, stand_in_for_c4, max_docs,
   documents, positions, predicted_tokens, block_size, bos},
   ppl, kurtosis_first, kurtosis_rest, max_abs_first, max_abs_rest, norm_ratio_first, norm_ratio_rest,
   first_attn_argmax, first_attn_mass, attn_nowhere, attn_empty, sink_rate (fractions in [0, 1]), sink_eps (the threshold

@@ -48,7 +48,7 @@ Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdo
 --json PATH: {"format": 1, "schemes": [names], "lm_head": bool, "models": [{"model" (the --ckpt/--init_from
 spec), "label", "kind" ("ours" | "hf"), "config" (as analyze.py: model_args or HF config, n_params, optimizer,
 ...), "quantised_layers": [module names], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
-"seconds": {"full", <scheme>}, "data": {"dir", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
+"seconds": {"full", <scheme>}, "data": {"dir", "val_sha256", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
 "predicted_tokens", "block_size", "batch_size", "bos"}}], "provenance": harness/provenance.py's record}; paths are
 relative to the working directory (no absolute path); a perplexity that is not finite is null. It is
 rewritten after each model; its folder is created before the first model runs. --table reads such files and
@@ -271,7 +271,8 @@ def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False)
     return dict(model=model_label(lm.name), label=label, kind=lm.kind, config=lm.config,
                 quantised_layers=[n for n, _ in layers],
                 ppl=ppl, delta={s: ppl[s] - ppl['full'] for s in schemes}, seconds=seconds,
-                data=dict(dir=portable_path(data_dir), tokenizer=meta['tokenizer'], stand_in_for_c4=meta.get('stand_in_for_c4'),
+                data=dict(dir=portable_path(data_dir), val_sha256=measure.val_sha256(meta), tokenizer=meta['tokenizer'],
+                          stand_in_for_c4=meta.get('stand_in_for_c4'),
                           max_docs=max_docs, documents=docs, predicted_tokens=tokens, block_size=lm.block_size,
                           batch_size=batch_size, bos=lm.bos))
 

@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
+from harness import provenance
 from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
 from harness.entry import run_script, start_child, stopping
 from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
@@ -520,14 +521,17 @@ def render(name, runs, scale_name, scale: Scale, out='.'):
         elif state['state'] != 'finished':
             notes.append(f"config/{row.config}.py not finished: iteration {state['iter']} of {run.cfg['max_iters']}")
         lines.append(cells)
+        measured = results.get('analysis') or results.get('quant') or {}
         rows.append({'config': f'config/{row.config}.py', 'run_dir': os.path.relpath(run.cfg['out_dir'], out),
                      'labels': list(row.labels), 'state': state['state'], 'iter': state['iter'], 'ours': ours,
-                     'paper': paper})
+                     'paper': paper, 'provenance': measured.get('provenance'),
+                     'val_sha256': (measured.get('data') or {}).get('val_sha256')})
     md = [f'**{table.title}** — scale `{scale_name}`: {scale.description}.', '',
           '| ' + ' | '.join(header) + ' |', '|' + '|'.join(' --- ' for _ in header) + '|']
     md += ['| ' + ' | '.join(c) + ' |' for c in lines] + ([''] + notes if notes else [])
     doc = {'table': name, 'title': table.title, 'scale': scale_name, 'scale_description': scale.description,
-           'columns': [{'name': c[0], 'key': c[2], 'paper': c[4]} for c in table.columns], 'rows': rows}
+           'columns': [{'name': c[0], 'key': c[2], 'paper': c[4]} for c in table.columns], 'rows': rows,
+           'provenance': provenance.record()}   # the rendering's; each row's measurement carries its own
     return '\n'.join(md), doc
 
 

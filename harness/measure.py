@@ -127,6 +127,12 @@ def _collate(docs):
     return idx, mask
 
 
+def val_sha256(meta):
+    """The sha256 of the val split a measurement read (meta.json's, which load_meta checked against val.bin's
+    size): the provenance of a number, as train.py's log records the data it trained on."""
+    return ((meta.get('splits') or {}).get('val') or {}).get('sha256')
+
+
 def check_data(data_dir, lm):
     """meta.json of the data, after checking it was tokenised for this model: the same tokenizer when both record
     one (ids of a test sentence, tokenizer.tokenizer_mismatch), and token ids within the model's vocabulary."""
@@ -503,8 +509,9 @@ def analyze(lm: LoadedModel, data_dir: str, max_docs: int | None, batch_size: in
         raise ValueError(f"{data_dir}: the val split has no documents")
     if not quiet:
         progress.done()
-    data = dict(dir=portable_path(data_dir), split='val', tokenizer=meta['tokenizer'], source=meta.get('source'),
-                stand_in_for_c4=meta.get('stand_in_for_c4'), max_docs=max_docs, documents=stats.n_first,
+    data = dict(dir=portable_path(data_dir), split='val', val_sha256=val_sha256(meta), tokenizer=meta['tokenizer'],
+                source=meta.get('source'), stand_in_for_c4=meta.get('stand_in_for_c4'), max_docs=max_docs,
+                documents=stats.n_first,
                 positions=stats.n_first + stats.n_rest, predicted_tokens=stats.n_predicted,
                 block_size=lm.block_size, bos=lm.bos)
     return dict(model=model_label(lm.name), kind=lm.kind, config=lm.config, data=data, **stats.result()), example

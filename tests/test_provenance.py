@@ -73,9 +73,11 @@ def test_outputs_record_provenance_and_no_absolute_path(tmp_path, monkeypatch, c
     assert analyze.main(['--ckpt', 'out/run', '--max_docs', '4', '--json', 'out/run/analysis.json']) in (0, None)
     assert eval_quant.main(['--ckpt', 'out/run', '--max_docs', '4', '--schemes', 'coarse',
                             '--json', 'out/run/quant.json']) in (0, None)
+    val = hashlib.sha256((tmp_path / 'data' / 'bb' / 'val.bin').read_bytes()).hexdigest()   # the bytes measured
     for name in ('analysis.json', 'quant.json'):
         doc = json.loads((tmp_path / 'out' / 'run' / name).read_text())
         assert doc['provenance']['torch'] == torch.__version__, name
+        assert (doc if name == 'analysis.json' else doc['models'][0])['data']['val_sha256'] == val, name
     outputs = [tmp_path / 'data' / 'bb' / 'meta.json', *(tmp_path / 'out' / 'run').glob('*.json*')]
     for path in outputs:
         text = path.read_text()

@@ -1,5 +1,6 @@
 """reproduce.py: the table configs state the paper's settings, scales keep every row's differences, and a
 smoke-scale sweep trains, analyses, quantises, renders and skips finished runs."""
+import hashlib
 import json
 import os
 import subprocess
@@ -134,6 +135,9 @@ def test_smoke_sweep_trains_analyses_quantises_renders_and_skips_finished_runs(b
     assert row['ours']['kurtosis_rest'] == analysis['kurtosis_rest'] and row['ours']['ppl'] == analysis['ppl']
     assert row['paper'] == {'ppl': 26.9, 'kurtosis_rest': 291.7, 'first_attn_argmax': 0.333, 'max_abs_rest': 1675.9}
     assert analysis['config']['bias'] is True and analysis['config']['norm'] == 'layernorm'
+    val = hashlib.sha256(open(os.path.join(bb, 'val.bin'), 'rb').read()).hexdigest()   # what the row was measured on
+    assert row['val_sha256'] == val and row['provenance'] == analysis['provenance'] and row['state'] == 'finished'
+    assert doc['provenance']['torch'] == analysis['provenance']['torch'] and 'commit' in doc['provenance']
     md = open(os.path.join(out, 'smoke', 'table5.md')).read()
     assert '| ✓ | Absolute | LayerNorm | Adam | ✗ |' in md and '| 291.7 |' in md and 'Kurtosis (paper)' in md
     quant = json.load(open(os.path.join(out, 'smoke', 'table3.json')))['rows'][0]
