@@ -51,8 +51,8 @@ from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
 from harness.entry import run_script, start_child, stopping
 from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from harness.paper_tables import TABLES
-from harness.recipe import (check_goal, check_laptop_goal, goal_text, laptop_measures, pack_runs, run_state,
-                            stopped_by)
+from harness.recipe import (check_goal, check_laptop_goal, goal_text, laptop_measures, pack_runs, remaining_time,
+                            run_state, stopped_by)
 from harness.scales import SCALES, Scale, scaled_overrides
 from pinned_corpus.build import CorpusError, find_archive
 from pinned_corpus.prepare import prepare_bb_shakespeare, prepare_pinned
@@ -394,16 +394,6 @@ def _subprocess(run, step, cmd, env, echo):
     if proc.returncode != 0:
         raise SweepError(f"{run.name}: {step} failed (exit {proc.returncode}{': ' + error if error else ''}); "
                          f"see {path}")
-
-
-def remaining_time(elapsed, progress):
-    """The ETA of a sweep from the iterations trained so far, in flight included (a row half done beside a
-    finished one counts its half): progress = [(iteration at the sweep's start, max_iters, iteration now)] per row
-    to do; elapsed seconds × iterations left / iterations trained in them. Rows weigh by their iterations, and a
-    resumed row by what it has left."""
-    trained = sum(max(0, now - begin) for begin, _, now in progress)
-    left = sum(max(0, end - max(begin, now)) for begin, end, now in progress)
-    return elapsed * left / trained if trained else float('inf')
 
 
 def run_all(runs, scale, nproc, jobs, chain=Chain()):

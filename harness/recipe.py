@@ -106,6 +106,16 @@ def run_state(run_dir, max_iters):
     return state
 
 
+def remaining_time(elapsed, progress):
+    """The ETA of a sweep from the iterations trained so far, in flight included (a row half done beside a
+    finished one counts its half): progress = [(iteration at the sweep's start, max_iters, iteration now)] per row
+    to do; elapsed seconds × iterations left / iterations trained in them. Rows weigh by their iterations, and a
+    resumed row by what it has left."""
+    trained = sum(max(0, now - begin) for begin, _, now in progress)
+    left = sum(max(0, end - max(begin, now)) for begin, end, now in progress)
+    return elapsed * left / trained if trained else float('inf')
+
+
 def stopped_by(returncode):
     """The signal that stopped a command, from its exit code, or None: train.py exits 128 + the signal's number after
     writing its checkpoint (130 for SIGINT, 143 for SIGTERM, as a shell reports a process a signal ended), and
