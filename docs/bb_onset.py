@@ -70,7 +70,7 @@ def main(argv=None):
                  f"pilots")
     out = args.out or os.path.join(args.results, 'onset.png')
     try:
-        check_output(out, '--out', inputs=[args.results + os.sep + 'pilots', args.results + os.sep + 'guo_code'],
+        check_output(out, '--out', inputs=[os.path.join(args.results, 'pilots'), os.path.join(args.results, 'guo_code')],
                      make=True)
     except ValueError as e:
         sys.exit(f"bb_onset.py: error: {e}")

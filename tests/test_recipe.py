@@ -292,3 +292,13 @@ def test_a_table_reads_a_training_probe_by_its_iteration(tmp_path):
     assert reproduce._get(results['probe'], key) == 0.5
     assert reproduce._get(results['probe'], key.replace('300', '600')) is None
     assert reproduce.read_results(str(tmp_path / 'none'))['probe'] == {}
+
+
+def test_the_eta_counts_rows_in_flight_and_what_resumed_rows_have_left():
+    # Two 1,000-step rows side by side for 50 minutes: one finished, the other at 900; two more rows wait, one of
+    # them resumed at 400. Trained: 1,000 + 900 = 1,900 iterations; left: 100 + 1,000 + 600 = 1,700.
+    progress = [(0, 1000, 1000), (0, 1000, 900), (0, 1000, 0), (400, 1000, 400)]
+    assert recipe.remaining_time(3000, progress) == pytest.approx(3000 * 1700 / 1900)
+    # The old count (finished rows only, whole rows) said 3000 × 3,000 / 1,000 = 9,000 s here.
+    assert recipe.remaining_time(3000, [(1000, 1000, 1000)]) == float('inf')   # nothing trained: no estimate
+    assert recipe.remaining_time(60, [(0, 10, 10), (5, 10, 5)]) == pytest.approx(60 * 5 / 10)

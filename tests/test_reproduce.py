@@ -11,7 +11,6 @@ import pytest
 import reproduce
 from conftest import ROOT
 from harness.dataset import prepare_bigram_backcopy
-from harness.recipe import remaining_time
 
 pytestmark = pytest.mark.slow   # reproduce.py sweeps: trainings
 
@@ -424,12 +423,3 @@ def test_a_training_job_a_signal_stopped_is_not_finished_and_the_exit_says_so(ca
     log = open(tmp_path / 'out' / 'smoke' / 'runs' / run / 'train.out').read()
     assert log.count('$ ') == 1 and '[done' not in printed and '[failed]' not in printed and '[stopped]' in printed
 
-
-def test_the_eta_counts_rows_in_flight_and_what_resumed_rows_have_left():
-    # Two 1,000-step rows side by side for 50 minutes: one finished, the other at 900; two more rows wait, one of
-    # them resumed at 400. Trained: 1,000 + 900 = 1,900 iterations; left: 100 + 1,000 + 600 = 1,700.
-    progress = [(0, 1000, 1000), (0, 1000, 900), (0, 1000, 0), (400, 1000, 400)]
-    assert remaining_time(3000, progress) == pytest.approx(3000 * 1700 / 1900)
-    # The old count (finished rows only, whole rows) said 3000 × 3,000 / 1,000 = 9,000 s here.
-    assert remaining_time(3000, [(1000, 1000, 1000)]) == float('inf')   # nothing trained: no estimate
-    assert remaining_time(60, [(0, 10, 10), (5, 10, 5)]) == pytest.approx(60 * 5 / 10)
