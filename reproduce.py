@@ -211,6 +211,8 @@ def ensure_data(runs, dry_run=False):
         how = {'bigram_backcopy': ('bigram_backcopy', lambda: prepare_bigram_backcopy(d)),
                'bb_shakespeare': ('bb_shakespeare', lambda: prepare_bb_shakespeare(d)),
                'pinned_cpu_bytes': ('pinned --tokenizer bytes', lambda: prepare_pinned(d, 'cpu', tokenizer='bytes')),
+               'pinned_laptop_bytes': ('pinned --subset laptop --tokenizer bytes',
+                                       lambda: prepare_pinned(d, 'laptop', tokenizer='bytes')),
                'pinned_archive': ('pinned --subset archive' + from_archive, lambda: prepare_pinned(d, 'archive', archive)),
                'pinned_archive_bytes': ('pinned --subset archive --tokenizer bytes' + from_archive,
                                         lambda: prepare_pinned(d, 'archive', archive, tokenizer='bytes'))}.get(dataset)

@@ -37,7 +37,8 @@ import zipfile
 from pathlib import Path
 from typing import Iterator
 
-from harness.fileio import MANIFEST, atomic_write, corpus_cache, disk_full, file_sha256, lock_folder, release_lock
+from harness.fileio import (MANIFEST, Progress, atomic_write, corpus_cache, disk_full, file_sha256, lock_folder,
+                            release_lock)
 from pinned_corpus import clean as corpus_clean, schema as corpus_schema
 from pinned_corpus.clean import BOILER_MIN, BOILER_SHARE, MAX_CHARS, MIN_CHARS, drop_boilerplate, pieces
 from pinned_corpus.text import UnknownFormat, attach_names, code_like, member_documents, normalise
@@ -77,6 +78,7 @@ def check_cache(cache: Path):
                               f"--cache (or CORPUS_CACHE)")
 
 
+SUBSETS = ("cpu", "laptop", "full", "archive")   # what --subset takes (docs/data.md)
 ARCHIVE_FILE = "corpus-archive.jsonl.xz"  # what `corpus.py archive` writes; a GPU machine is handed it in data/
 
 
@@ -102,12 +104,12 @@ def load_manifest(path=MANIFEST) -> dict:
 
 
 def subset_sources(manifest: dict, subset: str) -> list[dict]:
-    """The sources of a subset, in manifest order: 'cpu' = those marked cpu; 'full' = all of them."""
-    if subset not in ("cpu", "full", "archive"):
-        raise CorpusError(f"unknown corpus subset {subset!r}: use cpu, full or archive")
-    if subset == "archive":
-        subset = "full"
-    return [s for s in manifest["sources"] if subset == "full" or s["subset"] == "cpu"]
+    """The sources of a subset, in manifest order. The subsets nest: 'cpu' = those marked cpu; 'laptop' = those
+    marked cpu or laptop; 'full' (and 'archive', written from it) = all of them."""
+    if subset not in SUBSETS:
+        raise CorpusError(f"unknown corpus subset {subset!r}: use {', '.join(SUBSETS)}")
+    within = {"cpu": ("cpu",), "laptop": ("cpu", "laptop")}.get(subset)
+    return [s for s in manifest["sources"] if within is None or s["subset"] in within]
 
 
 def artifact_url(src: dict) -> str:
@@ -408,7 +410,14 @@ def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | N
     cache = Path(cache or default_cache())
     check_cache(cache)
     srcs = sources if sources is not None else subset_sources(manifest, subset)
-    docs = list(corpus_clean.deduplicate(doc for src in srcs for doc in extracted(src, cache, work)))
+    progress = Progress(f"corpus ({subset} subset): fetched and extracted", target_docs=len(srcs), unit="sources")
+
+    def read(k, src):
+        got = extracted(src, cache, work)
+        progress.update(k + 1, 0)
+        return got
+    docs = list(corpus_clean.deduplicate(doc for k, src in enumerate(srcs) for doc in read(k, src)))
+    progress.done("cleaning and splitting")
     grams = [corpus_clean.gram_hashes(text) for _, text in docs]
     near = corpus_clean.near_duplicates(grams)
     keep = [i for i in range(len(docs)) if i not in near]
@@ -562,9 +571,12 @@ def check_texts(docs: list[tuple[str, str, str]], subset: str, manifest: dict):
                                   f"changed")
 
 
-def check_splits(splits: dict, subset: str, manifest: dict):
-    """Compare a prepared folder's splits (meta.json "splits") with the manifest's sha256 and token counts."""
-    pinned = manifest["subsets"][subset]["splits"]
+def check_splits(splits: dict, subset: str, manifest: dict, tokenizer: str = "gpt2"):
+    """Compare a prepared folder's splits (meta.json "splits") with the manifest's sha256 and token counts: the
+    GPT-2 files' ("splits"), or the bytes tokenizer's ("bytes_splits", where the subset's record has them)."""
+    pinned = manifest["subsets"][subset].get("bytes_splits" if tokenizer == "bytes" else "splits")
+    if pinned is None:
+        return
     for split in ("train", "val"):
         if (splits[split]["sha256"], splits[split]["tokens"]) != (pinned[split]["sha256"], pinned[split]["tokens"]):
             raise CorpusError(f"the {subset} subset's {split}.bin ({splits[split]['tokens']:,} tokens, sha256 "
@@ -583,8 +595,13 @@ def measure(docs: list[tuple[str, str, str]], source_ids: list[str], encode, eot
     per_source = {sid: {"train": [0, 0, 0, hashlib.sha256()], "val": [0, 0, 0, hashlib.sha256()], "code": 0}
                   for sid in source_ids}
     splits = {k: [0, 0, hashlib.sha256()] for k in ("train", "val")}
+    in_bytes = {k: [0, 0, hashlib.sha256()] for k in ("train", "val")}   # the bytes tokenizer's files (eot 256)
     for doc_id, split, text in docs:
         ids = np.asarray(list(encode(text)) + [eot], dtype=np.uint16)
+        raw = np.append(np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.uint16), np.uint16(256))
+        in_bytes[split][0] += 1
+        in_bytes[split][1] += len(raw)
+        in_bytes[split][2].update(raw.tobytes())
         rec = per_source[doc_id.split(":", 1)[0]]
         rec[split][0] += 1
         rec[split][1] += len(text)
@@ -600,8 +617,9 @@ def measure(docs: list[tuple[str, str, str]], source_ids: list[str], encode, eot
         sources[sid] = {split: {"documents": rec[split][0], "chars": rec[split][1], "tokens": rec[split][2],
                                 "text_sha256": rec[split][3].hexdigest()} for split in ("train", "val")}
         sources[sid]["code_share"] = round(rec["code"] / max(chars, 1), 4)
-    return {"sources": sources,
-            "splits": {k: {"documents": v[0], "tokens": v[1], "sha256": v[2].hexdigest()} for k, v in splits.items()}}
+    def pins(counts):
+        return {k: {"documents": v[0], "tokens": v[1], "sha256": v[2].hexdigest()} for k, v in counts.items()}
+    return {"sources": sources, "splits": pins(splits), "bytes_splits": pins(in_bytes)}
 
 
 def write_manifest(manifest: dict, path=MANIFEST):

@@ -46,8 +46,8 @@ def prepare_pinned(out_dir=None, subset="cpu", corpus_archive=None, num_proc=1, 
 
     out = prepare(out_dir or f"data/pinned_{subset}", tok, args, source, description, True, split_texts,
                   {"train": (None, None), "val": (None, None)}, num_proc, force)
-    if gpt2:
-        pinned.check_splits(load_meta(out)["splits"], subset, manifest)
+    if gpt2 or tok.name == "bytes":
+        pinned.check_splits(load_meta(out)["splits"], subset, manifest, tok.name)
     return out
 
 

@@ -12,7 +12,7 @@ import re
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 REGISTRIES = ("pypi", "npm", "debian")
-SUBSETS = ("cpu", "full")
+SUBSETS = ("cpu", "laptop", "full")   # nested: cpu within laptop within full
 # key -> what its value must be: a type, a tuple of allowed strings, "sha256" or "patterns" (a list of strings)
 ARTIFACT = {"id": str, "registry": REGISTRIES, "name": str, "version": str, "filename": str, "sha256": "sha256"}
 SOURCE = {**ARTIFACT, "size": int, "subset": SUBSETS, "format": str, "include": "patterns", "licence": str,
@@ -81,6 +81,9 @@ def subset_problem(rec, where: str) -> str | None:
     problem = problem or entry_problem(rec["splits"], f"{where}.splits", {"train": dict, "val": dict})
     for split in ("train", "val"):
         problem = problem or entry_problem(rec["splits"][split], f"{where}.splits.{split}", SPLIT)
+    for split in (("train", "val") if problem is None and "bytes_splits" in rec else ()):
+        problem = problem or entry_problem(rec["bytes_splits"], f"{where}.bytes_splits", {"train": dict, "val": dict})
+        problem = problem or entry_problem(rec["bytes_splits"][split], f"{where}.bytes_splits.{split}", SPLIT)
     for sid, per in (rec["sources"].items() if problem is None else ()):
         problem = problem or entry_problem(per, f"{where}.sources.{sid}", {"train": dict, "val": dict,
                                                                             "code_share": float})
