@@ -18,6 +18,7 @@ once, in place; activation scales are computed dynamically in every forward pass
     fine                        absmax8 per output channel absmax8 per token     -
     fine_channel                absmax8 per output channel absmax8 per channel   -
     zeropoint4                  zeropoint4 per out channel -                     -
+    coarse<b>, moderate<b>      coarse and moderate with b = 2..8 bits (coarse8 = coarse, moderate8 = moderate)
     absmax<b>, zeropoint<b>     b = 2..8 bits per output channel, weights only
     absmax<b>g<G>, zeropoint<b>g<G>   ... per group of G consecutive inputs of each output channel
 
@@ -48,7 +49,10 @@ Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdo
 --json PATH: {"format": 1, "schemes": [names], "lm_head": bool, "models": [{"model" (the --ckpt/--init_from
 spec), "label", "kind" ("ours" | "hf"), "config" (as analyze.py: model_args or HF config, n_params, optimizer,
 ...), "quantised_layers": [module names], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
-"seconds": {"full", <scheme>}, "data": {"dir", "val_sha256", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
+"seconds": {"full", <scheme>}, "inputs": {"per_layer": {name: {"max_abs", "median_abs",
+"max_over_median"}}, "max_over_median_max", "layer" (the layer of that maximum), "max_over_median_mean"} (each
+quantised layer's input in the full-precision pass: the largest and the median |x| over a batch's real tokens, and
+their ratio, means over the batches; what a per-tensor scale spans), "data": {"dir", "val_sha256", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
 "predicted_tokens", "block_size", "batch_size", "bos"}}], "provenance": harness/provenance.py's record}; paths are
 relative to the working directory (no absolute path); a perplexity that is not finite is null. It is
 rewritten after each model; its folder is created before the first model runs. --table reads such files and
@@ -128,6 +132,23 @@ def moderate(w):
     return per_tensor8, None
 
 
+def per_tensor(bits):
+    """The per-tensor absmax quantiser of activations at `bits` bits."""
+    return lambda x, valid=None: absmax(x, bits, None, valid)
+
+
+def coarse_bits(w, bits):
+    """coarse at `bits` bits: weights, inputs and outputs absmax per tensor (coarse8 is coarse)."""
+    w.copy_(absmax(w, bits))
+    return per_tensor(bits), per_tensor(bits)
+
+
+def moderate_bits(w, bits):
+    """moderate at `bits` bits: weights and inputs absmax per tensor (moderate8 is moderate)."""
+    w.copy_(absmax(w, bits))
+    return per_tensor(bits), None
+
+
 def fine(w):
     w.copy_(absmax(w, 8, dim=1))
     return (lambda x, valid=None: absmax(x, 8, dim=-1)), None
@@ -147,16 +168,25 @@ def weight_only(w, method, bits, group_size=None):
     return None, None
 
 
-# the scheme names: these four, and <method><bits>[g<group>] for each weight-only method (zeropoint4 is Table 1's)
+# the scheme names: these four, coarse<bits> and moderate<bits> (the per-tensor schemes at fewer bits), and
+# <method><bits>[g<group>] for each weight-only method (zeropoint4 is Table 1's)
 ACTIVATION_SCHEMES = {'coarse': coarse, 'moderate': moderate, 'fine': fine, 'fine_channel': fine_channel}
+PER_TENSOR_BITS = {'coarse': coarse_bits, 'moderate': moderate_bits}
 WEIGHT_METHODS = {'absmax': absmax, 'zeropoint': zeropoint}
-SCHEME_HELP = ', '.join([*ACTIVATION_SCHEMES, *(f'{m}<bits>[g<group>]' for m in WEIGHT_METHODS)])
+SCHEME_HELP = ', '.join([*ACTIVATION_SCHEMES, *(f'{m}<bits>' for m in PER_TENSOR_BITS),
+                         *(f'{m}<bits>[g<group>]' for m in WEIGHT_METHODS)])
 
 
 def parse_scheme(name):
     """Scheme name -> (function of w, group size or None). ValueError with a one-line message."""
     if name in ACTIVATION_SCHEMES:
         return ACTIVATION_SCHEMES[name], None
+    m = re.fullmatch(rf"({'|'.join(PER_TENSOR_BITS)})(\d+)", name)
+    if m:
+        bits = int(m[2])
+        if not 2 <= bits <= 8:
+            raise ValueError(f"scheme {name!r}: bit width {bits} is not supported, use 2 to 8 bits")
+        return (lambda w: PER_TENSOR_BITS[m[1]](w, bits)), None
     m = re.fullmatch(rf"({'|'.join(WEIGHT_METHODS)})(\d+)(?:g(\d+))?", name)
     if not m:
         raise ValueError(f"unknown scheme {name!r}; choose from {SCHEME_HELP}")
@@ -230,6 +260,48 @@ def quantised(layers, backup, scheme, batch=None):
                     m.weight.copy_(backup[name])
 
 
+@contextmanager
+def input_statistics(layers, batch, stats):
+    """Within the block every forward pass adds, per layer, the largest and the median |x| of the layer's input over
+    the batch's real tokens to stats[name] (sums and a count): what a per-tensor absmax scale has to span. A step of
+    max|x| / (2^(b-1) - 1) rounds every |x| below half of it to 0, so once max / median passes about 2^b the median
+    input is lost (coarse<b>, moderate<b>)."""
+    def hook(name):
+        def record(module, args):
+            x = args[0].detach().float()
+            valid = rows(batch, x)
+            a = (x[valid] if valid is not None else x).abs().flatten()
+            if a.numel():
+                high, mid = a.max().item(), a.median().item()
+                s = stats.setdefault(name, {'max_abs': 0.0, 'median_abs': 0.0, 'max_over_median': 0.0, 'n': 0,
+                                            'n_ratio': 0})
+                s['max_abs'] += high
+                s['median_abs'] += mid
+                s['n'] += 1
+                if mid > 0:   # a median of 0 (half the inputs exactly 0) has no ratio
+                    s['max_over_median'] += high / mid
+                    s['n_ratio'] += 1
+        return record
+    handles = [m.register_forward_pre_hook(hook(name)) for name, m in layers]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def input_summary(stats):
+    """{'per_layer': {name: {max_abs, median_abs, max_over_median}} (means over the forward passes),
+    'max_over_median_max' and its 'layer', 'max_over_median_mean' (over layers)} of input_statistics' sums."""
+    per_layer = {name: {'max_abs': s['max_abs'] / s['n'], 'median_abs': s['median_abs'] / s['n'],
+                        'max_over_median': s['max_over_median'] / s['n_ratio'] if s['n_ratio'] else None}
+                 for name, s in stats.items() if s['n']}
+    ratios = {n: v['max_over_median'] for n, v in per_layer.items() if v['max_over_median'] is not None}
+    top = max(ratios, key=ratios.get) if ratios else None
+    return {'max_over_median_max': ratios[top] if top else None, 'layer': top,
+            'max_over_median_mean': sum(ratios.values()) / len(ratios) if ratios else None, 'per_layer': per_layer}
+
+
 def rows(batch, x):
     """The valid-token mask of the batch if it lines up with x's leading axes, else None (all rows count)."""
     valid = batch.get('valid')
@@ -263,7 +335,9 @@ def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False)
     for name in ('full', *schemes):
         t0 = time.time()
         if name == 'full':
-            ppl[name], docs, tokens = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} full")
+            with input_statistics(layers, batch, stats := {}):
+                ppl[name], docs, tokens = perplexity(lm, data_dir, max_docs, batch_size, device, batch,
+                                                     f"{label} full")
         else:
             with quantised(layers, backup, schemes[name][0], batch):
                 ppl[name] = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} {name}")[0]
@@ -271,6 +345,7 @@ def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False)
     return dict(model=model_label(lm.name), label=label, kind=lm.kind, config=lm.config,
                 quantised_layers=[n for n, _ in layers],
                 ppl=ppl, delta={s: ppl[s] - ppl['full'] for s in schemes}, seconds=seconds,
+                inputs=input_summary(stats),
                 data=dict(dir=portable_path(data_dir), val_sha256=measure.val_sha256(meta), tokenizer=meta['tokenizer'],
                           stand_in_for_c4=meta.get('stand_in_for_c4'),
                           max_docs=max_docs, documents=docs, predicted_tokens=tokens, block_size=lm.block_size,

@@ -46,13 +46,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
-from harness import provenance
+from harness import sweep_report as report
 from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
 from harness.entry import run_script, start_child, stopping
 from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from harness.paper_tables import TABLES
-from harness.recipe import (check_goal, check_laptop_goal, goal_text, laptop_measures, pack_runs, remaining_time,
-                            run_state, stopped_by)
+from harness.recipe import pack_runs, remaining_time, run_state, stopped_by
 from harness.scales import SCALES, Scale, scaled_overrides
 from pinned_corpus.build import CorpusError, find_archive
 from pinned_corpus.prepare import prepare_bb_shakespeare, prepare_pinned
@@ -166,12 +165,16 @@ def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
             run = by_identity.setdefault(key, run)
             if not any(r is run for r in runs):
                 runs.append(run)
-            run.quant |= any(c[1] == 'quant' for c in TABLES[name].columns)
+            run.quant |= any(c[1] == 'quant' for c in TABLES[name].columns) or name in scale.quant_tables
             run.rows.append((name, row))
     for name, configs in left_out.items():
         print(f"{name}: not at this scale: {', '.join(configs)}", file=sys.stderr)
     if not runs and row_filter:
-        raise SweepError(f"--rows {' '.join(row_filter)} matches no row of {', '.join(tables)} at this scale")
+        here = [r.config.split('/')[-1] for t in tables for r in TABLES[t].rows
+                if scaled_overrides(resolve(r.config, []), scale, r.steps, t) is not None]
+        raise SweepError(f"--rows {' '.join(row_filter)} matches no row of {', '.join(tables)} at this scale"
+                         + (f"; the rows it runs here: {', '.join(dict.fromkeys(here))}" if here else
+                            " (none of its rows runs at this scale)"))
     if not runs:
         fits = [n for n, other in SCALES.items() if any(scaled_overrides(resolve(r.config, []), other, r.steps, t)
                                                          is not None for t in tables for r in TABLES[t].rows)]
@@ -262,7 +265,7 @@ def describe(runs, scale: Scale):
         est = {r.name: expected_seconds(r) for r in runs}
     except (ValueError, OSError) as e:   # data not prepared yet: no vocabulary size
         return lines + [f"expected time: unknown until the data is prepared ({e})"]
-    todo = [r for r in runs if status(r) == 'todo']
+    todo = [r for r in runs if status(r, scale) == 'todo']
     lines += [f"  {r.name}: {est[r.name][1] / 1e6:,.0f} M tokens, ~{duration(est[r.name][0])}" for r in runs]
     lines.append(f"expected wall time on one H100: ~{duration(sum(est[r.name][0] for r in todo))} for the "
                  f"{len(todo)} runs to do (estimate: {H100_MFU:.0%} MFU as measured on an H100, eager attention "
@@ -294,7 +297,7 @@ def span(seconds):
 
 
 # ----------------------------------------------------------------------------- running
-def status(run):
+def status(run, scale: Scale):
     """'done' when every result the run's rows need exists for this training config, 'todo' when some is
     missing; SweepError when the folder holds a run of another config."""
     d = run.cfg['out_dir']
@@ -306,8 +309,48 @@ def status(run):
             changed = sorted(k for k in set(saved) | set(run.identity) if saved.get(k) != run.identity.get(k))
             raise SweepError(f"{d} holds a run of another config (differs in {', '.join(changed)}): delete it or "
                              f"pass another --out")
-    need = ['analysis.json'] + (['quant.json'] if run.quant else [])
-    return 'done' if all(os.path.isfile(os.path.join(d, f)) for f in need) else 'todo'
+    return 'todo' if to_measure(run, scale) else 'done'
+
+
+def data_val_sha256(run):
+    """The sha256 of the val split the run's data holds now (meta.json's), or None when it is not prepared."""
+    try:
+        meta = load_meta(data_dir(run.cfg['dataset']))
+    except (ValueError, OSError):
+        return None
+    return ((meta.get('splits') or {}).get('val') or {}).get('sha256')
+
+
+def to_measure(run, scale: Scale, say=False):
+    """{step: why} of the measurements ('analyze', 'quant') a run still needs: a result file that is missing or
+    unreadable, a quant.json without one of the scale's schemes, or a measurement of a val split whose sha256 is not
+    the data's now (the data was prepared again: the row is measured again, and say=True prints why)."""
+    d, now, out = run.cfg['out_dir'], data_val_sha256(run), {}
+    for step, name in (('analyze', 'analysis.json'), ('quant', 'quant.json')) if run.quant else (
+            ('analyze', 'analysis.json'),):
+        path = os.path.join(d, name)
+        if not os.path.isfile(path):
+            out[step] = 'missing'
+            continue
+        try:
+            with open(path) as f:
+                result = json.load(f)
+            measured = result if step == 'analyze' else result['models'][0]
+            sha = (measured.get('data') or {}).get('val_sha256')
+            schemes = set(result.get('schemes') or ()) if step == 'quant' else set()
+        except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+            out[step] = f'{name} cannot be read'
+            continue
+        if now and sha and sha != now:
+            out[step] = (f"{name} measured a val split of sha256 {sha[:12]}..., the data's is now {now[:12]}... "
+                         f"(prepared again)")
+        elif step == 'quant' and not set(scale.quant_schemes) <= schemes:
+            out[step] = f"{name} lacks {', '.join(sorted(set(scale.quant_schemes) - schemes))}"
+    if say:
+        for step, why in out.items():
+            if why != 'missing':
+                print(f"{run.name}: {why}: {step} runs again", file=sys.stderr, flush=True)
+    return out
 
 
 FSDP_FROM_PARAMS = 1e9   # --nproc > 1: rows with at least this many block parameters train with fsdp=True
@@ -334,8 +377,9 @@ def commands(run, scale: Scale, nproc):
             ('analyze', [sys.executable, os.path.join(ROOT, 'analyze.py'), '--ckpt', ckpt, *evaluation,
                          '--json', os.path.join(d, 'analysis.json')])]
     if run.quant:
+        schemes = ['--schemes', ','.join(scale.quant_schemes)] if scale.quant_schemes else []
         cmds.append(('quant', [sys.executable, os.path.join(ROOT, 'eval_quant.py'), '--ckpt', ckpt, *evaluation,
-                               '--json', os.path.join(d, 'quant.json')]))
+                               *schemes, '--json', os.path.join(d, 'quant.json')]))
     return cmds
 
 
@@ -367,8 +411,9 @@ def execute(run, scale, nproc, env, echo, chain=Chain()):
         if after['state'] == 'diverged' or (after['state'] != 'finished' and after['iter'] <= before):
             raise SweepError(f"{run.name}: train stopped at iteration {after['iter']} without progress; see "
                              f"{os.path.join(d, 'train.out')}")
+    needed = to_measure(run, scale, say=True)
     for step, cmd in cmds[1:]:
-        if not os.path.isfile(cmd[-1]):
+        if step in needed:
             _subprocess(run, step, cmd, env, echo)
     return 'done'
 
@@ -383,6 +428,7 @@ def _subprocess(run, step, cmd, env, echo):
         proc = start_child(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
         for line in proc.stdout:
             log.write(line)
+            log.flush()   # train.out can be followed (tail -f) as the row trains
             error = line.strip() if line.startswith('error:') else error
             if echo:
                 print(line, end='', flush=True)
@@ -399,7 +445,7 @@ def _subprocess(run, step, cmd, env, echo):
 
 
 def run_all(runs, scale, nproc, jobs, chain=Chain()):
-    todo = sorted((r for r in runs if status(r) == 'todo'), key=lambda r: -r.cfg['max_iters'])   # longest first
+    todo = sorted((r for r in runs if status(r, scale) == 'todo'), key=lambda r: -r.cfg['max_iters'])   # longest first
     print(f"{len(runs)} runs, {len(runs) - len(todo)} done, {len(todo)} to do"
           + (f", {jobs} at a time" if jobs > 1 and todo else ''), file=sys.stderr)
     t0, lock, failures, finished = time.time(), threading.Lock(), [], []
@@ -447,139 +493,6 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
 def _cuda():
     import torch
     return torch.cuda.is_available()
-
-
-# ----------------------------------------------------------------------------- rendering
-def _get(results, key):
-    """A value of a result by its dotted key; a part that is a number indexes a list (per_layer.resid_peak.0)."""
-    for part in key.split('.'):
-        if isinstance(results, list) and part.isdigit():
-            results = results[int(part)] if int(part) < len(results) else None
-        else:
-            results = results.get(part) if isinstance(results, dict) else None
-    return results
-
-
-def read_results(run_dir):
-    """A run's analysis.json and quant.json, and the probes of its log.jsonl by iteration ({"300": probe, ...}). A
-    file that cannot be read (e.g. truncated by a killed run) is named in one warning line and left out: its cells
-    show '–' and the other rows render."""
-    from harness.runs import read_probes   # torch: only when rendering
-    log = os.path.join(run_dir, 'log.jsonl')
-    out = {'probe': {str(e['iter']): e['probe'] for e in read_probes(log)} if os.path.isfile(log) else {}}
-    for source, name in (('analysis', 'analysis.json'), ('quant', 'quant.json')):
-        path = os.path.join(run_dir, name)
-        if os.path.isfile(path):
-            try:
-                with open(path) as f:
-                    data = json.load(f)
-                out[source] = data['models'][0] if source == 'quant' else data
-            except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
-                print(f"warning: {path} cannot be read ({type(e).__name__}: {e}); its cells are left empty "
-                      f"(delete it and run the same command without --render to measure again)", file=sys.stderr)
-    return out
-
-
-def _cell(value, fmt):
-    return '–' if value is None else format(value, fmt)
-
-
-def render(name, runs, scale_name, scale: Scale, out='.'):
-    """(markdown, json) of one table from the results in the runs' folders (each named relative to `out`, the
-    table's folder)."""
-    table = TABLES[name]
-    header = list(table.label_names)
-    for col, _, _, _, paper in table.columns:
-        header += [f'{col}', f'{col} (paper)'] if paper else [col]
-    lines, rows, notes = [], [], []
-    run_of = {row.config: run for run in runs for tname, row in run.rows if tname == name}
-    for row in table.rows:                                 # the paper's row order
-        if row.config not in run_of:
-            continue
-        run = run_of[row.config]
-        results = read_results(run.cfg['out_dir'])
-        ours = {key: _get(results.get(source, {}), key) for _, source, key, _, _ in table.columns}
-        paper = dict(zip([c[2] for c in table.columns if c[4]], row.paper))
-        cells = list(row.labels)
-        for col, _, key, fmt, in_paper in table.columns:
-            cells.append(_cell(ours[key], fmt))
-            if in_paper:
-                cells.append(_cell(paper[key], fmt))
-        state = run_state(run.cfg['out_dir'], run.cfg['max_iters'])
-        if state['state'] == 'diverged':   # reported, never dropped: its cells are what was measured before (if any)
-            e = state['event']
-            notes.append(f"config/{row.config}.py DIVERGED at iteration {e['iter']} (val loss {e['val_loss']:.4g} > "
-                         f"best {e['best_val_loss']:.4f} + ln {e['divergence_factor']:g}); its cells are empty")
-        elif state['state'] != 'finished':
-            notes.append(f"config/{row.config}.py not finished: iteration {state['iter']} of {run.cfg['max_iters']}")
-        lines.append(cells)
-        measured = results.get('analysis') or results.get('quant') or {}
-        rows.append({'config': f'config/{row.config}.py', 'run_dir': os.path.relpath(run.cfg['out_dir'], out),
-                     'labels': list(row.labels), 'state': state['state'], 'iter': state['iter'], 'ours': ours,
-                     'paper': paper, 'provenance': measured.get('provenance'),
-                     'val_sha256': (measured.get('data') or {}).get('val_sha256')})
-    md = [f'**{table.title}** — scale `{scale_name}`: {scale.description}.', '',
-          '| ' + ' | '.join(header) + ' |', '|' + '|'.join(' --- ' for _ in header) + '|']
-    md += ['| ' + ' | '.join(c) + ' |' for c in lines] + ([''] + notes if notes else [])
-    doc = {'table': name, 'title': table.title, 'scale': scale_name, 'scale_description': scale.description,
-           'columns': [{'name': c[0], 'key': c[2], 'paper': c[4]} for c in table.columns], 'rows': rows,
-           'provenance': provenance.record()}   # the rendering's; each row's measurement carries its own
-    return '\n'.join(md), doc
-
-
-def draw_trajectories(name, runs, out):
-    """<out>/<name>_trajectories.png: the probes that train.py logged at the evaluations of the table's runs, one
-    line per run in the table's row order (plots.plot_trajectories); None when no run has a probe yet."""
-    from harness import plots   # torch and matplotlib: only when drawing
-    ordered = []
-    for row in TABLES[name].rows:
-        run = next((r for r in runs for t, rr in r.rows if t == name and rr is row), None)
-        if run is not None and not any(r is run for r in ordered):
-            ordered.append(run)
-    logs = [(run.name, os.path.join(run.cfg['out_dir'], 'log.jsonl')) for run in ordered]
-    logs = [(label, log) for label, log in logs if os.path.isfile(log)]
-    return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
-
-
-def draw_bb_dynamics(name, runs, out):
-    """<out>/<name>_dynamics.png: a Bigram-Backcopy table's rows' probes at layer 0 against steps, beside Guo et al.'s
-    released curves (docs/results/bb-guo-reference.json; plots.plot_bb_dynamics); None when no run has a probe yet."""
-    from harness import plots
-    with open(os.path.join(ROOT, 'docs', 'results', 'bb-guo-reference.json')) as f:
-        reference = json.load(f)['curves']
-    logs = [(f"{row.labels[0]} L, {row.labels[1]} + {row.labels[2]} (LR {run.cfg['learning_rate']:g})",
-             os.path.join(run.cfg['out_dir'], 'log.jsonl'), run.cfg['n_layer'])
-            for row in TABLES[name].rows for run in runs for t, r in run.rows if r is row]
-    logs = [entry for entry in logs if os.path.isfile(entry[1])]
-    batches = sorted({r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps'] for r in runs
-                      if any(t == name for t, _ in r.rows)})
-    note = (f"\nours at batch {'/'.join(map(str, batches))} (each row's LR in the legend); theirs at batch 512, "
-            f"Adam LR 3e-4, SGD LR 0.03")
-    return plots.plot_bb_dynamics(logs, reference, os.path.join(out, f'{name}_dynamics.png'), note) if logs else None
-
-
-def goal(runs, scale_name):
-    """Print the goal of the scale (recipe.check_laptop_goal at the laptop scale, else recipe.check_goal) on the 60M
-    vanilla and softmax-1 + OrthoAdam rows; True when it is met."""
-    found = {}
-    for run in runs:
-        for _, row in run.rows:
-            found.setdefault(row.config, read_results(run.cfg['out_dir']))
-    pair = [found.get(f'table2/gpt2_60m_{v}') for v in ('vanilla', 's1oa')]
-    if None in pair:
-        print("goal: needs the rows table2/gpt2_60m_vanilla and table2/gpt2_60m_s1oa (of table2 or table3)",
-              file=sys.stderr)
-        return False
-    (v, s) = pair
-    laptop = scale_name == 'laptop'
-    lines, ok = goal_text((check_laptop_goal if laptop else check_goal)(v.get('analysis'), s.get('analysis'),
-                                                                       v.get('quant'), s.get('quant')),
-                          'laptop goal' if laptop else 'sink goal')
-    print('\n'.join(lines))
-    if laptop:   # shown, not required (recipe.check_laptop_goal says why)
-        for name, a, b in laptop_measures(v.get('analysis'), s.get('analysis'), v.get('quant'), s.get('quant')):
-            print(f"measured (not required): {name}: vanilla {_cell(a, '.4g')}, s1+OA {_cell(b, '.4g')}")
-    return ok
 
 
 # ----------------------------------------------------------------------------- command line
@@ -636,19 +549,23 @@ def main(argv=None):
                     check_output(path, option, folder=True)
         except ValueError as e:
             raise SweepError(str(e)) from None
+        if args.scale == 'laptop' and 'table5' in args.tables and 'spread' not in args.tables:
+            args.tables.append('spread')   # Table 5's --goal reads the run-to-run spread of its seed replicas
+            print("table5 at the laptop scale trains the spread table's seed replicas too", file=sys.stderr)
+        args.tables = list(dict.fromkeys(args.tables))
         runs = plan(args.tables, scale, out, args.rows, args.dataset)
         print('\n'.join(describe(runs, scale)), file=sys.stderr, flush=True)
         if args.dry_run:
             ensure_data(runs, dry_run=True)   # says which data is missing, prepares nothing
             for run in runs:
-                state = status(run)
+                state = status(run, scale)
                 for step, cmd in commands(run, scale, args.nproc):
                     cmd += [f'--max_minutes={args.job_minutes:g}'] if step == 'train' and args.job_minutes else []
                     print(f"# {run.name} ({state}) {step}\n{' '.join(cmd)}")
             return
         failures = []
         if not args.render and args.scale in ('paper', 'gpu') and not args.allow_cpu and not _cuda():
-            todo = [r for r in runs if status(r) == 'todo']
+            todo = [r for r in runs if status(r, scale) == 'todo']
             est = {r.name: cpu_bound(r) for r in todo}
             print('\n'.join(f"  {name}: {tokens / 1e6:,.0f} M tokens, at least {span(sec)} on this CPU"
                              for name, (tokens, sec) in est.items()), file=sys.stderr)
@@ -662,20 +579,21 @@ def main(argv=None):
             failures = run_all(runs, scale, args.nproc, args.jobs, Chain(args.job_minutes, args.max_jobs))
         figures = []
         for name in args.tables:
-            md, doc = render(name, runs, args.scale, scale, out)
+            md, doc = report.render(name, runs, args.scale, scale, out)
             os.makedirs(out, exist_ok=True)
             with atomic_write(os.path.join(out, f'{name}.md')) as f:
                 f.write(md + '\n')
             write_json(os.path.join(out, f'{name}.json'), doc, indent=1)
-            drawn = [draw_trajectories(name, runs, out)]
-            drawn += [draw_bb_dynamics(name, runs, out)] if name in ('bb', 'bb_pilots') else []
+            drawn = [report.draw_trajectories(name, runs, out)]
+            drawn += [report.draw_bits(name, runs, out, args.scale)] if name in scale.quant_tables else []
+            drawn += [report.draw_bb_dynamics(name, runs, out)] if name in ('bb', 'bb_pilots') else []
             figures += [p for p in drawn if p]
             print(md + '\n')
         print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "
               f"in {duration(time.time() - t0)}", file=sys.stderr)
-        tables = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures
-        unpacked = pack_runs({r.name: r.cfg['out_dir'] for r in runs}, args.pack, tables) if args.pack else []
-        met = goal(runs, args.scale) if args.goal else True
+        files = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures
+        unpacked = pack_runs({r.name: r.cfg['out_dir'] for r in runs}, args.pack, files) if args.pack else []
+        met = report.goal(runs, args.scale, args.tables) if args.goal else True
         for e in failures:   # a job a signal stopped: exit as train.py did, 128 + its number
             if isinstance(e, Interrupted):
                 print(f"reproduce.py: {e}", file=sys.stderr)

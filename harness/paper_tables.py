@@ -144,6 +144,20 @@ TABLES = {
             ('09_muon', 'softmax', 'Muon'), ('10_softmax1_orthoadam', 'softmax-1', 'OrthoAdam'),
             ('11_clipped_orthoadam', 'clipped softmax', 'OrthoAdam'), ('12_softpick', 'softpick', 'Adam'),
             ('13_relu', 'ReLU', 'Adam'))]),
+    'spread': Table(
+        "The run-to-run spread at the laptop scale (ours): the laptop base (vanilla) and softmax-1 + OrthoAdam, each "
+        "trained with a second seed (other initial weights and order of windows); reproduce.py table5 --scale laptop "
+        "trains these rows too, and its --goal says which differences between Table 5's rows exceed this spread",
+        ('Row', 'Seed'),
+        (('PPL', 'analysis', 'ppl', '.3f', False), ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False),
+         ('E_m[κ_m,>1]', 'analysis', 'kurtosis_rest', '.2f', False),
+         ('%First Attn', 'analysis', 'first_attn_argmax', '.3f', False),
+         ('First mass', 'analysis', 'first_attn_mass', '.3f', False),
+         ('E_m[X_m,1,d]', 'analysis', 'max_abs_first', '.1f', False),
+         ('Δ coarse int8', 'quant', 'delta.coarse', '.3f', False), ('Δ coarse4', 'quant', 'delta.coarse4', '.3f', False)),
+        [Row(f'laptop/{name}', (label, seed), ()) for name, label, seed in (
+            ('base', 'vanilla', '1337'), ('seeds/vanilla_seed2', 'vanilla', '2'),
+            ('seeds/s1oa', 'softmax-1 + OrthoAdam', '1337'), ('seeds/s1oa_seed2', 'softmax-1 + OrthoAdam', '2'))]),
     'pilots': Table(
         "The sink pilots (ours): vanilla 60M, a BOS at position 0 of every window or not, weight decay 0.1 or "
         "0.5 on matrices; the trajectories (pilots_trajectories.png) show when the sink appears",

@@ -275,3 +275,43 @@ def plot_bb_dynamics(runs, reference, path, note=''):
     handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
     fig.legend(list(handles.values()), list(handles), loc='outside right upper', fontsize=8)
     return _save(fig, path)
+
+
+def plot_quant_bits(rows, path, title):
+    """Where per-tensor quantisation breaks: left, each row's perplexity under coarse<b> (solid) and moderate<b>
+    (dashed) over its full-precision perplexity, against the bit width b (log scale); right, the measured ratio max|x| /
+    median|x| of the quantised layers' inputs (eval_quant.py's inputs, the layer where it is largest), with 2^b marked:
+    a per-tensor step of max / (2^(b-1) - 1) rounds the median input to 0 once the ratio passes about 2^b. rows:
+    [(label, eval_quant.py model entry)]; claims.quant_curve reads the curves."""
+    from harness.claims import BITS, quant_curve
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.28 * len(rows) + 4.2), layout='constrained',
+                                      gridspec_kw={'width_ratios': [1.3, 1]})
+    colours = plt.get_cmap('tab20' if len(rows) > 10 else 'tab10')
+    for i, (label, quant) in enumerate(rows):
+        full = quant.get('ppl', {}).get('full')
+        for family, style in (('coarse', '-'), ('moderate', '--')):
+            curve = quant_curve(quant, family)
+            if curve and full:
+                bits = sorted(curve)
+                left.plot(bits, [curve[b][1] / full for b in bits], style, marker='o', ms=3, color=colours(i % 20),
+                          label=label if family == 'coarse' else None)
+    left.set(xlabel='bits (weights and activations, absmax per tensor)', ylabel='perplexity / full-precision perplexity',
+             yscale='log', xticks=list(BITS), title='coarse<b> (solid): W, X, Y; moderate<b> (dashed): W, X')
+    from matplotlib.ticker import FormatStrFormatter
+    left.yaxis.set_major_formatter(FormatStrFormatter('%.2f'))
+    left.yaxis.set_minor_formatter(FormatStrFormatter('%.2f'))
+    left.grid(alpha=0.3, which='both')
+    left.legend(fontsize=7, loc='upper right')
+    ratios = [((q.get('inputs') or {}).get('max_over_median_max'), label) for label, q in rows]
+    ys = np.arange(len(rows))
+    right.barh(ys, [r or 0 for r, _ in ratios], color=[colours(i % 20) for i in range(len(rows))])
+    right.set_yticks(ys, [label for _, label in ratios], fontsize=7)
+    right.invert_yaxis()
+    for b in BITS:
+        right.axvline(2 ** b, color='grey', lw=0.8, ls=':')
+        right.text(2 ** b, len(rows) - 0.45, f'2^{b}', fontsize=7, ha='center', va='bottom', color='grey')
+    right.set(xscale='log', xlim=(1, max([2 ** max(BITS) * 2] + [r * 1.5 for r, _ in ratios if r])), xlabel='max|x| / median|x| of the quantised inputs (largest layer, mean over documents)',
+              title='what a per-tensor scale spans')
+    fig.suptitle(title)
+    return _save(fig, path)

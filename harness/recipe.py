@@ -179,7 +179,7 @@ def pack_runs(run_dirs, folder, extra=()):
 
 # ----------------------------------------------------------------------------- the laptop scale
 LAPTOP_BASE, LAPTOP_OF = 'laptop/base', 'table2/gpt2_60m_vanilla'   # config/<...>.py
-LAPTOP_AS_WRITTEN = ('bb', 'bb_pilots', 'laptop_pilots')   # tables whose configs are laptop-sized already
+LAPTOP_AS_WRITTEN = ('bb', 'bb_pilots', 'laptop_pilots', 'spread')   # tables whose configs are laptop-sized already
 
 
 @functools.lru_cache(maxsize=1)
@@ -193,15 +193,34 @@ def laptop_setting():
     return {k: v for k, v in base.items() if v != of[k] and k != 'out_dir'}
 
 
+# Table 5's SGD rows at the laptop scale (the paper trains them 8x longer at LR 0.2 with momentum and without): this
+# many times the base's steps, at the LR the SGD pilot chose (config/laptop/pilots/sgd/, docs/reproducing.md)
+LAPTOP_SGD_STEPS, LAPTOP_SGD_LR = 2, None
+
+
 def laptop_rows(table, cfg):
-    """The laptop scale of one row (SCALES['laptop']): the configs of the Bigram-Backcopy table and the laptop pilots
-    as written; the 60M GPT-2 rows of Tables 2 and 3 with laptop_setting(), each keeping its own attention and
-    optimiser; every other row left out (None)."""
+    """The laptop scale of one row (SCALES['laptop']): the configs of the Bigram-Backcopy table, the laptop pilots and
+    the seed replicas as written; the 60M GPT-2 rows of Tables 2 and 3, and every row of Table 5 and the mitigations,
+    with laptop_setting() (data, size, steps, schedule, bf16), each keeping its own attention, normalisation,
+    position encoding, biases and optimiser. The optimisers whose weight decay is torch's coupled L2 term (RMSProp,
+    SGD) train without it, as at the gpu scale (recipe_overrides); the SGD rows train LAPTOP_SGD_STEPS times longer at
+    LAPTOP_SGD_LR (cosine to a tenth of it). Every other row is left out (None)."""
+    from harness.optimizers import DECOUPLED_WEIGHT_DECAY   # imports torch: only when planning
     if table in LAPTOP_AS_WRITTEN:
         return {}
-    if table in ('table2', 'table3') and cfg['n_embd'] == 512 and cfg['n_layer'] == 10:   # GPT-2 60M's shape
-        return dict(laptop_setting())
-    return None
+    if table in ('table2', 'table3') and not (cfg['n_embd'] == 512 and cfg['n_layer'] == 10):   # GPT-2 60M's shape
+        return None
+    if table not in ('table2', 'table3', 'table5', 'mitigations'):
+        return None
+    out = dict(laptop_setting())
+    if cfg['optimizer'] not in DECOUPLED_WEIGHT_DECAY:
+        out['weight_decay'] = 0.0
+    if cfg['optimizer'] == 'sgd':
+        if LAPTOP_SGD_LR is None:
+            return None
+        out.update(max_iters=out['max_iters'] * LAPTOP_SGD_STEPS, learning_rate=LAPTOP_SGD_LR,
+                   min_lr=LAPTOP_SGD_LR / 10)
+    return out
 
 
 # ----------------------------------------------------------------------------- the sink goal (issue 27)

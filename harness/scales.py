@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 from harness.recipe import PILOT_KEYS, gpu_rows, laptop_rows
 
 
+# the laptop scale's quantisation: Table 3's four schemes and the per-tensor ones at 4 to 7 bits (coarse = coarse8)
+LAPTOP_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4') + tuple(
+    f'{family}{bits}' for family in ('coarse', 'moderate') for bits in (4, 5, 6, 7))
+
+
 @dataclass
 class Scale:
     description: str
@@ -20,6 +25,9 @@ class Scale:
     row_overrides: object = None   # (table, resolved row config) -> extra overrides, or None: not run at this scale
     datasets: tuple = ()           # the first of these that is prepared replaces overrides['dataset']
     expected: bool = False         # print the expected wall time on one H100 before running
+    row_steps: bool = True         # row_overrides' max_iters x the row's schedule factor (laptop: its own factor)
+    quant_tables: tuple = ()       # tables whose every row is quantised at this scale (else: those with quant columns)
+    quant_schemes: tuple = ()      # eval_quant.py's schemes at this scale (empty: its default, Table 3's four)
 
 
 SCALES = {
@@ -45,11 +53,14 @@ SCALES = {
         overrides=dict(dataset='pinned_archive', gradient_accumulation_steps=1, eval_tokens=131_072, compile=True),
         max_docs=300, batch_size=8),
     'laptop': Scale(
-        "two CPU cores, about an hour a table with --jobs 2: Table 2's 60M GPT-2 rows (and Table 3's quantisation of "
-        "them) at the setting of config/laptop/base.py (the pilots chose it: docs/reproducing.md), each row its own "
-        "attention and optimiser; Guo et al.'s Bigram-Backcopy table and the laptop pilots as their configs are "
-        "written (config/bb/, config/laptop/pilots/)",
-        row_overrides=laptop_rows, max_docs=200, batch_size=1),
+        "two CPU cores, about half an hour a row, two rows at a time with --jobs 2: Table 2's 60M GPT-2 rows (and "
+        "Table 3's quantisation of them), Table 5's rows and the mitigations at the setting of config/laptop/base.py "
+        "(the pilots chose it: bytes of the pinned corpus's laptop subset, 4 x 256, 4,000 steps of 16 x 256, bf16; "
+        "docs/reproducing.md), each row its own attention, normalisation, positions, biases and optimiser (RMSProp "
+        "and SGD without weight decay; SGD 2x the steps at the LR its pilot chose); Guo et al.'s Bigram-Backcopy "
+        "table, the laptop pilots and the seed replicas as their configs are written (config/bb/, config/laptop/)",
+        row_overrides=laptop_rows, max_docs=200, batch_size=1, row_steps=False,
+        quant_tables=('table2', 'table3', 'table5', 'mitigations', 'spread'), quant_schemes=LAPTOP_SCHEMES),
     'smoke': Scale(
         "seconds, for the tests: 1 layer, 1 head of 64, sequences of 16, 4 iterations",
         depth=0.01, width=0.01, seq=1 / 16, iters=4, warmup=0.25,
@@ -65,7 +76,8 @@ def scaled_overrides(cfg, scale: Scale, steps: int, table=None):
         extra = scale.row_overrides(table, cfg)
         if extra is None:
             return None
-        out.update(extra, **({'max_iters': extra['max_iters'] * steps} if 'max_iters' in extra else {}))
+        out.update(extra, **({'max_iters': extra['max_iters'] * steps} if 'max_iters' in extra and scale.row_steps
+                             else {}))
     if scale.depth != 1 or scale.width != 1:
         head = cfg['n_embd'] // cfg['n_head']
         n_head = max(1, round(cfg['n_head'] * scale.width))

@@ -18,7 +18,7 @@ import eval_quant
 from harness import measure
 import prepare_c4
 import reproduce
-from harness import runs
+from harness import runs, sweep_report
 import train
 from harness import train_data
 from conftest import ROOT, full_disk_writes, write_dataset
@@ -353,7 +353,7 @@ def test_render_names_a_truncated_analysis_json_and_renders_the_other_rows(tmp_p
         os.makedirs(run.cfg['out_dir'])
         with open(os.path.join(run.cfg['out_dir'], 'analysis.json'), 'w') as f:
             f.write(json.dumps({'ppl': 10.0 + i, 'kurtosis_first': 3.0})[:None if i else 12])   # the first truncated
-    md, doc = reproduce.render('table5', planned, 'smoke', scale)
+    md, doc = sweep_report.render('table5', planned, 'smoke', scale)
     err = capsys.readouterr().err
     assert os.path.join(planned[0].cfg['out_dir'], 'analysis.json') in err and 'cannot be read' in err
     assert [r['ours'].get('ppl') for r in doc['rows']] == [None, 11.0]

@@ -10,7 +10,7 @@ import tarfile
 import pytest
 import torch
 
-from harness import recipe
+from harness import recipe, sweep_report
 import reproduce
 from conftest import full_disk_writes, write_dataset
 from harness.optimizers import configure_optimizer
@@ -216,10 +216,10 @@ def test_a_chained_row_equals_one_job_refuses_changed_data_and_a_divergence_is_r
                             'divergence_factor': 10.0}) + '\n')
     with open(os.path.join(one.cfg['out_dir'], 'analysis.json'), 'w') as f:
         f.write('{"ppl": 1')   # cut short
-    md, doc = reproduce.render('table2', [chained], 'smoke', scale)
+    md, doc = sweep_report.render('table2', [chained], 'smoke', scale)
     assert 'config/table2/gpt2_60m_vanilla.py DIVERGED at iteration 3 (val loss 50 > best 4.0000' in md
     assert doc['rows'][0]['state'] == 'diverged'
-    md, doc = reproduce.render('table2', [one], 'smoke', scale)
+    md, doc = sweep_report.render('table2', [one], 'smoke', scale)
     assert f"{os.path.join(one.cfg['out_dir'], 'analysis.json')} cannot be read" in capsys.readouterr().err
     assert doc['rows'][0]['ours']['ppl'] is None and doc['rows'][0]['state'] == 'finished'
 
@@ -276,8 +276,8 @@ def test_laptop_scale_trains_config_laptop_base_for_each_60m_row_and_bb_as_writt
     assert len([c for c in runs if c.startswith('bb/')]) == 6 + 3
     bb = runs['bb/1l_softmax_adam'].cfg   # Guo et al.'s batch of 512 sequences of 256 a step
     assert (bb['batch_size'] * bb['gradient_accumulation_steps'], bb['block_size'], bb['learning_rate']) == (512, 256, 3e-4)
-    assert reproduce._get({'per_layer': {'resid_norm_first': [24.0, 31.5]}}, 'per_layer.resid_norm_first.1') == 31.5
-    assert reproduce._get({'per_layer': {'resid_norm_first': [24.0]}}, 'per_layer.resid_norm_first.3') is None
+    assert sweep_report.get({'per_layer': {'resid_norm_first': [24.0, 31.5]}}, 'per_layer.resid_norm_first.1') == 31.5
+    assert sweep_report.get({'per_layer': {'resid_norm_first': [24.0]}}, 'per_layer.resid_norm_first.3') is None
 
 
 def test_a_table_reads_a_training_probe_by_its_iteration(tmp_path):
@@ -287,11 +287,11 @@ def test_a_table_reads_a_training_probe_by_its_iteration(tmp_path):
     lines = [{'event': 'eval', 'iter': 0, 'probe': probe(0.02)}, {'event': 'probe', 'iter': 300, 'probe': probe(0.4)},
              {'event': 'probe', 'iter': 300, 'probe': probe(0.5)}, {'event': 'train', 'iter': 310, 'loss': 1.0}]
     (tmp_path / 'log.jsonl').write_text(''.join(json.dumps(e) + '\n' for e in lines))
-    results = reproduce.read_results(str(tmp_path))
+    results = sweep_report.read_results(str(tmp_path))
     key = '300.per_layer.first_attn_mass_nontrigger.0'
-    assert reproduce._get(results['probe'], key) == 0.5
-    assert reproduce._get(results['probe'], key.replace('300', '600')) is None
-    assert reproduce.read_results(str(tmp_path / 'none'))['probe'] == {}
+    assert sweep_report.get(results['probe'], key) == 0.5
+    assert sweep_report.get(results['probe'], key.replace('300', '600')) is None
+    assert sweep_report.read_results(str(tmp_path / 'none'))['probe'] == {}
 
 
 def test_the_eta_counts_rows_in_flight_and_what_resumed_rows_have_left():

@@ -146,7 +146,7 @@ def test_smoke_sweep_trains_analyses_quantises_renders_and_skips_finished_runs(b
 
     # a later sweep of another table finds the run that trained the same config (Table 5's row 11 at this scale)
     (shared,) = reproduce.plan(['table5'], reproduce.SCALES['smoke'], os.path.join(out, 'smoke'), ['11_orthoadam'], bb)
-    assert shared.name == 'table2-gpt2_130m_s1oa' and reproduce.status(shared) == 'done'
+    assert shared.name == 'table2-gpt2_130m_s1oa' and reproduce.status(shared, reproduce.SCALES['smoke']) == 'done'
 
     for table in ('table3', 'table5'):        # the probes of each table's runs against the tokens seen
         assert open(os.path.join(out, 'smoke', f'{table}_trajectories.png'), 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
@@ -376,10 +376,15 @@ def test_a_rows_whole_name_selects_a_row_folders_deep(capsys, tmp_path):
 
 
 def test_a_table_with_no_row_at_the_scale_names_the_scales_that_run_it(capsys, tmp_path):
-    """reproduce.py table5 --scale laptop (no --rows) ended "--rows  matches no row"."""
-    code, message, _ = exit_of(capsys, 'table5', '--scale', 'laptop', '--dry_run', '--out', str(tmp_path))
-    assert code == 1 and '--rows' not in message and 'no row of table5 runs at this scale' in message, message
+    """reproduce.py table6 --scale laptop (no --rows) ended "--rows  matches no row"; a --rows word that names no row
+    with a laptop form lists the rows that have one."""
+    code, message, _ = exit_of(capsys, 'table6', '--scale', 'laptop', '--dry_run', '--out', str(tmp_path))
+    assert code == 1 and '--rows' not in message and 'no row of table6 runs at this scale' in message, message
     assert '--scale paper or mini or gpu or smoke' in message
+    code, message, _ = exit_of(capsys, 'table2', '--scale', 'laptop', '--rows', 'gpt2_130m', '--dry_run', '--out',
+                               str(tmp_path))
+    assert code == 1 and message.endswith('the rows it runs here: gpt2_60m_vanilla, gpt2_60m_s1, gpt2_60m_oa, '
+                                          'gpt2_60m_s1oa'), message
 
 
 def test_a_missing_dataset_is_named_once_and_a_dry_run_says_so(capsys, tmp_path, monkeypatch):
