@@ -111,6 +111,9 @@ the optimizer's second moments from the checkpoint); trajectories.png when log.j
 evaluation (probe_docs > 0: the summary metrics above on the first probe_docs validation documents)
 against the tokens seen, one line per run.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import os
 import sys
@@ -175,6 +178,9 @@ def main(argv=None):
         specs = args.ckpt + args.init_from
         if not specs:
             p.error('nothing to analyse: give --ckpt PATH..., --init_from NAME... or --table JSON...')
+        if args.block_size is not None and args.block_size < 2:   # one token per document: no metric has a token to use
+            raise ValueError(f"--block_size must be >= 2 (a document needs two tokens for a perplexity and a first "
+                             f"token beside the others), got {args.block_size}")
         for c in args.ckpt:
             check_ckpt(c)
         if args.json and args.json.endswith('.json') and len(specs) > 1:

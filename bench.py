@@ -51,8 +51,12 @@ the machine was busy (1-minute load average above max(0.5, cores / 10)), is mark
 ratio is null when its section did not run. The file is rewritten after every section and training case, so a
 run stopped at a time limit keeps what it measured.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -535,6 +539,19 @@ def plan(device, quick):
 
 
 
+MAX_REPEATS = 10_000   # rounds of one measurement: more is hours of a single benchmark, not a steadier number
+
+
+def earlier_result(path):
+    """Whether the file at path is a bench.py --json result (which --json may replace)."""
+    try:
+        with open(path) as f:
+            res = json.load(f)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(res, dict) and {'device', 'torch'} <= set(res)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--quick', action='store_true', help='small shapes and few repeats')
@@ -551,13 +568,16 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.grad_accum and not all(a.isdigit() and int(a) > 0 for a in args.grad_accum.split(',')):
         parser.error(f"--grad_accum={args.grad_accum!r}: allowed a comma-separated list of positive integers")
-    if args.repeats < 0:
-        parser.error(f"--repeats={args.repeats}: must be >= 0 (0 = the device's default)")
+    if not 0 <= args.repeats <= MAX_REPEATS:
+        parser.error(f"--repeats={args.repeats}: must be in [0, {MAX_REPEATS:,}] (0 = the device's default)")
     if args.json:   # before the benchmark, not after it (fileio.check_output)
         try:
             check_output(args.json, '--json', make=True)
         except ValueError as e:
             parser.error(str(e))
+        if os.path.isfile(args.json) and not earlier_result(args.json):   # a config, a user's file: never replaced
+            parser.error(f"--json {args.json} exists and is not a bench.py result (a JSON object with its 'device' "
+                         f"and 'torch'); nothing is overwritten: choose another path")
     device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available() else
                           'cpu' if args.device == 'auto' else args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():

@@ -15,12 +15,16 @@ Only `record` writes pinned_corpus/manifest.json, and it prints what it changed.
 file (--archive, else data/corpus-archive.jsonl.xz). Artifacts live in --cache (default data/corpus_cache, or
 $CORPUS_CACHE). Errors are one line `error: ...`.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
 from harness.entry import run_script
-from harness.fileio import PrepareError, disk_full, disk_full_text, number
+from harness.fileio import PrepareError, check_output, disk_full, disk_full_text, number
 from pinned_corpus import audit as corpus_audit, build as pinned
 from pinned_corpus.build import ARCHIVE_FILE, CorpusError
 
@@ -114,7 +118,19 @@ def source_ids(docs, manifest: dict, subset: str) -> list[str]:
 
 
 def archive(out: Path, cache: Path, manifest: dict) -> str:
-    """Write the archive subset of the full corpus as it is extracted now; say whether it is the pinned one."""
+    """Write the archive subset of the full corpus as it is extracted now; say whether it is the pinned one. --out is
+    checked before the minutes of extraction: a path that cannot be written, an existing file, a disk without room
+    for the pinned archive's size."""
+    try:
+        check_output(str(out), "--out", make=True)
+    except ValueError as e:
+        raise CorpusError(str(e)) from None
+    if out.exists():
+        raise CorpusError(f"{out} exists: pass another --out (nothing is overwritten)")
+    need, free = manifest.get("archive", {}).get("size", 0), shutil.disk_usage(out.parent).free
+    if free < need:
+        raise CorpusError(f"the disk holding {out.parent} has {free / 2 ** 20:,.0f} MiB free, and the archive takes "
+                          f"about {need / 2 ** 20:,.0f} MiB: free disk space or pass another --out")
     docs = pinned.archive_documents(pinned.documents("full", cache, manifest))
     info = pinned.write_archive(out, docs)
     pin = pinned.archive_pin(manifest)

@@ -58,6 +58,9 @@ relative to the working directory (no absolute path); a perplexity that is not f
 rewritten after each model; its folder is created before the first model runs. --table reads such files and
 prints one Markdown table, a row per model.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import json
 import math
@@ -436,6 +439,9 @@ def main(argv=None):
         specs = args.ckpt + args.init_from
         if not specs:
             p.error('nothing to evaluate: give --ckpt PATH..., --init_from NAME... or --table JSON...')
+        if args.block_size is not None and args.block_size < 2:   # one token per document: no metric has a token to use
+            raise ValueError(f"--block_size must be >= 2 (a document needs two tokens for a perplexity and a first "
+                             f"token beside the others), got {args.block_size}")
         for c in args.ckpt:
             runs.check_ckpt(c)
         if args.batch_size < 1 or args.max_docs < 0:

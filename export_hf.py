@@ -37,6 +37,9 @@ another program has written into, e.g. train.py's config.json over the export's,
 nothing else is removed. An export whose .written-by lists no files (written before 2026-11-28) is not replaced:
 move it away first.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import os
 import shutil

@@ -33,6 +33,9 @@ bench.py JSON files]}, "train": [{"variant", "val_loss", "val_ppl", "tokens_per_
 "kurtosis_first", "kurtosis_rest", "max_abs_first", "max_abs_rest", "first_attn_argmax"}], "parts": {part:
 {"returncode", "wall_s"}}}). A part that has not run in --out is absent from the report.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import importlib.util
 import json

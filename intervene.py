@@ -43,6 +43,9 @@ kurtosis_first, ..., first_attn_argmax, first_attn_mass, attn_nowhere, attn_empt
 per_layer lists, "delta_ppl" (ppl - ppl of none), "seconds"}}}]}; a non-finite number is null. It is rewritten after each model;
 its folder is created before the first model runs.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import dataclasses
 import math

@@ -28,6 +28,9 @@ tokenizers here encode but do not decode.
 --json: with --tasks, lm_eval's {"results", "versions", "n-shot", "configs"} plus "model" and "block_size"; with
 --data, {"model", "data", "documents", "predicted_tokens", "nll", "ppl", "block_size", "prefix_token"}.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import json
 import math

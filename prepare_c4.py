@@ -98,6 +98,9 @@ the character bigrams of Shakespeare's plays and poems from the pinned corpus (f
 most frequent characters as triggers, <s> (the separator) before every document of 256 tokens, 60,000 train and
 --val_docs (default 500) documents; meta.json adds "triggers" and "chars". reproduce.py's table bb trains on it.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import os
 import sys

@@ -34,6 +34,9 @@ every run of the table against the tokens seen, one line per run) and <table>.js
 "scale", "scale_description", "columns": [{"name", "key", "paper": bool}], "rows": [{"config", "run_dir"
 (relative to the table's folder), "labels": [...], "ours": {key: value or null}, "paper": {key: value}}]}.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import glob
 import json
@@ -429,7 +432,7 @@ def _subprocess(run, step, cmd, env, echo):
         for line in proc.stdout:
             log.write(line)
             log.flush()   # train.out can be followed (tail -f) as the row trains
-            error = line.strip() if line.startswith('error:') else error
+            error = line.strip() if line.startswith('error:') or ': error: ' in line else error   # train.py's, a script's
             if echo:
                 print(line, end='', flush=True)
             elif line.startswith('iter ') and time.time() - last >= 60:
@@ -439,9 +442,9 @@ def _subprocess(run, step, cmd, env, echo):
     if stopped:   # not finished, not failed: no further job of the chain
         raise Interrupted(f"{run.name}: {step} stopped by {stopped.name} (exit {proc.returncode}); the same command "
                           f"continues it", stopped)
-    if proc.returncode != 0:
+    if proc.returncode != 0:   # the same command runs the step again (a row resumes from its last checkpoint)
         raise SweepError(f"{run.name}: {step} failed (exit {proc.returncode}{': ' + error if error else ''}); "
-                         f"see {path}")
+                         f"see {path}; once that is fixed, the same reproduce.py command continues the row")
 
 
 def run_all(runs, scale, nproc, jobs, chain=Chain()):
@@ -547,6 +550,9 @@ def main(argv=None):
             for path, option in ((args.out, '--out'), (out, '--out'), (args.pack, '--pack')):
                 if path:
                     check_output(path, option, folder=True)
+            if args.pack and os.path.commonpath([os.path.abspath(args.pack), out]) == out:
+                raise ValueError(f"--pack {args.pack} is inside the results folder {out} (a row's folder would pack "
+                                 f"its own packs); choose a folder outside it")
         except ValueError as e:
             raise SweepError(str(e)) from None
         if args.scale == 'laptop' and 'table5' in args.tables and 'spread' not in args.tables:
@@ -577,6 +583,12 @@ def main(argv=None):
         if not args.render:
             ensure_data(runs)
             failures = run_all(runs, scale, args.nproc, args.jobs, Chain(args.job_minutes, args.max_jobs))
+        else:   # what is rendered as it is, though out of date, is said
+            for run in runs:
+                for step, why in to_measure(run, scale).items():
+                    if why != 'missing':
+                        print(f"warning: {run.name}: {why}; its cells are the old measurement's: run the same "
+                              f"command without --render to {step} it again", file=sys.stderr)
         figures = []
         for name in args.tables:
             md, doc = report.render(name, runs, args.scale, scale, out)

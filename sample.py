@@ -22,6 +22,9 @@ block_size, the context is cropped to the last block_size tokens, as nanoGPT doe
 them at every step. --temperature 0 is greedy decoding (argmax); otherwise each token is drawn from
 softmax(logits / temperature) over the --top_k most likely tokens (0 = all).
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import os
 import sys
@@ -31,7 +34,7 @@ import torch
 
 from harness.devices import choose_device
 from harness.entry import run_script
-from harness.fileio import PrepareError, integer, path_arg
+from harness.fileio import PrepareError, integer, number, path_arg
 from harness.runs import check_ckpt, load_gpt
 from harness.tokenizer import load_tokenizer
 
@@ -108,7 +111,8 @@ def main(argv=None):
     p.add_argument('--max_new_tokens', type=integer, default=200, help='tokens generated per sample (default 200)')
     p.add_argument('--temperature', type=float, default=0.8, help='0 = greedy; default 0.8')
     p.add_argument('--top_k', type=integer, default=200, help='sample among the k most likely tokens; 0 = all (default 200)')
-    p.add_argument('--seed', type=integer, default=1337, help='random seed of the draws (default 1337)')
+    p.add_argument('--seed', type=number(int, 0, 2 ** 63 - 1, what=' (a 64-bit seed)'), default=1337,
+                   help='random seed of the draws (default 1337)')
     p.add_argument('--device', default='auto', help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     args = p.parse_args(argv)
     try:

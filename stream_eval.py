@@ -46,6 +46,9 @@ where nll is the per-token loss in nats, entry t - 1 for the token at stream pos
 ppl_sliding is over the tokens at positions >= sliding_from = W + max(k) + 1, where the caches of every k of that
 window slide (reference_sliding: the reference over the same tokens).
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import argparse
 import math
 import os

@@ -17,6 +17,9 @@ a checkpoint and exit 128 + its number (130, 143; max_minutes: 0); a non-finite 
 docs/guarantees.md lists what a run promises. Read top to bottom: train() is the run in nanoGPT's order (config,
 data, model, optimizer, loop), training_loop() the loop, each of its steps a function below it.
 """
+from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
+early_exit_on_signal()
+
 import contextlib
 import glob
 import json
@@ -34,12 +37,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, describe, load_config
 from harness import fsdp, measure, provenance
-from harness.devices import (agree, all_reduce, any_rank, device_problem, lost_peer, lost_peer_text, peak_flops,
-                             rank_share, report_error, setup_distributed, teardown)
+from harness.devices import (agree, all_reduce, any_rank, available_memory, device_problem, lost_peer, lost_peer_text,
+                             memory_problem, peak_flops, rank_share, report_error, setup_distributed, teardown)
 from harness.entry import run_script
 from harness.fileio import disk_full, disk_full_text, duration
 from harness.optimizers import configure_optimizer, get_lr, set_hyperparameters, set_lr
-from harness.runs import (LoadedModel, check_model_args, check_out_dir, check_resume, file_state, load_checkpoint,
+from harness.runs import (LoadedModel, check_model_args, check_out_dir, check_resume, continue_advice, file_state,
+                          load_checkpoint,
                           lock_out_dir, only_best, open_log, public_model, remove_leftovers, rng_state, save_checkpoint,
                           save_config)
 from harness.tables import json_safe, ppl_text, probe_text
@@ -259,6 +263,9 @@ def build_model(r, ckpt, pretrained):
     if r.device_type == 'cpu':   # else the tied embedding's gradient is summed in an order that varies from run to
         torch.use_deterministic_algorithms(True)   # run (2 threads): the main job's val ppl moved in its 2nd decimal
     r.model_args = {k: cfg[k] for k in MODEL_KEYS}
+    if r.device_type == 'cpu' and (problem := memory_problem(cfg, r.model_args, len(range(cfg['batch_size'])[
+            r.share[0][1]]), available_memory())):   # before any allocation: a size no machine has is one line
+        raise TrainingError(problem)
     model = GPT(GPTConfig(**r.model_args))
     if ckpt is not None:
         model.load_state_dict(ckpt['model'])
@@ -619,8 +626,8 @@ def checkpoint(r, *paths):
             else "no checkpoint had been written")
     if r.cfg['fsdp']:   # the shards first (ckpt.pt names them only once complete), then the full weights on rank 0
         if paths[0] == r.ckpt_path:
-            sharded = fsdp.save_sharded(r.raw_model, r.optimizer, r.cfg['out_dir'], r.iter_num, kept,
-                                        reuse=r.last_saved == r.iter_num)
+            sharded = fsdp.save_sharded(r.raw_model, r.optimizer, r.cfg['out_dir'], r.iter_num,
+                                        f"{kept}, {continue_advice(r.last_saved)}", reuse=r.last_saved == r.iter_num)
         weights = fsdp.full_weights(r.raw_model)
     if r.master:
         contents = {
@@ -640,7 +647,7 @@ def checkpoint(r, *paths):
             except (OSError, RuntimeError) as e:
                 if not disk_full(e):
                     raise
-                error = TrainingError(f"{disk_full_text(path)}; {kept}, continue with --init_from=resume")
+                error = TrainingError(f"{disk_full_text(path)}; {kept}, {continue_advice(r.last_saved)}")
                 break
         if sharded and error is None:   # the folders ckpt.pt and best.pt name stay
             best = sharded if r.best_path in paths else fsdp.named_shards(r.best_path)

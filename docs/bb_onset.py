@@ -1,5 +1,5 @@
 """Bigram-Backcopy at Guo et al.'s batch (512 sequences a step): when the sink starts, run by run, from committed logs
-(no model runs). Run from the repository root:
+(no model runs). Run from anywhere (the default paths are this repository's):
 
     python docs/bb_onset.py                                  # docs/results/2026-11-28-bb512 -> onset.png there
     python docs/bb_onset.py RESULTS --out F.png
@@ -16,16 +16,20 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+ROOT = os.path.dirname(HERE)   # the repository: this file is docs/bb_onset.py (not the working directory)
+sys.path.insert(0, ROOT)
+from harness.entry import early_exit_on_signal  # noqa: E402   first: a signal while the rest loads is one line
+early_exit_on_signal()
+
 from harness.entry import run_script  # noqa: E402
-from harness.fileio import check_output  # noqa: E402
-from harness.plots import _pyplot, _save  # noqa: E402
+from harness.fileio import check_output, path_arg  # noqa: E402
 
 OURS = (('bf16_s1337', 'ours, seed 1337 (bf16)'), ('fp32_s1337', 'ours, seed 1337 (fp32)'),
         ('bf16_s1', 'ours, seed 1'), ('bf16_s2', 'ours, seed 2'),
         ('guochain_s1337', "ours, seed 1337, their chain"), ('pool600k_s1337', 'ours, seed 1337, 600k sequences'))
 THEIRS = ((42, 'their code, seed 42'), (1, 'their code, seed 1'), (2, 'their code, seed 2'))
 STEPS = (0, 50, 100, 150, 200, 250, 300)
+KEYS = ('first_attn_mass_nontrigger', 'value_norm_first')   # train.py's probe: attention on <s>, its value norm
 
 
 def curves(results):
@@ -37,19 +41,77 @@ def curves(results):
     for name, label in THEIRS:
         path = os.path.join(results, 'guo_code', f'seed{name}.log')
         if os.path.exists(path):
-            rows = [line.split() for line in open(path) if line.strip()]
-            out[label] = tuple([float(r[i]) for r in rows] for i in range(3))
+            out[label] = guo_log(path)
     for name, label in OURS:
         path = os.path.join(results, 'pilots', name, 'log.jsonl')
         if os.path.exists(path):
-            probes = {}
-            for line in open(path):
-                e = json.loads(line)
-                if 'probe' in e:
-                    probes[e['iter']] = (e['probe']['first_attn_mass_nontrigger'], e['probe']['value_norm_first'])
+            probes = probe_log(path)
+            if probes is None:
+                continue
             steps = sorted(probes)
             out[label] = (steps, [probes[s][0] for s in steps], [probes[s][1] for s in steps])
     return out
+
+
+def guo_log(path):
+    """guo_ab.py's lines `step attention value-norm seconds` as (steps, attention, value norms); a line that is not
+    that is a one-line exit naming the file and the line."""
+    rows = []
+    with open(path, errors='replace') as f:   # damaged bytes: a line that does not parse, named
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            r = line.split()
+            try:
+                rows.append([float(r[i]) for i in range(3)])
+            except (ValueError, IndexError):
+                shown = line.strip() if len(line.strip()) <= 80 else line.strip()[:77] + '...'
+                sys.exit(f"bb_onset.py: error: {path} line {n}: {shown!r} is not guo_ab.py's `step attention "
+                         f"value-norm seconds`; remove that line (or run guo_ab.py again)")
+    return tuple([r[i] for r in rows] for i in range(3))
+
+
+def probe_log(path):
+    """{iteration: (attention on <s>, value norm of <s>)} of the probes in a train.py log.jsonl. A line that does not
+    parse (cut by a killed run; a resumed run goes on after it) is skipped, as harness.recipe.run_state skips it, and
+    so is a probe without either key (a log older than it), each with a warning; a log none of whose probes has both
+    is left out (None)."""
+    probes, cut, older, missing = {}, [], 0, set()
+    with open(path, errors='replace') as f:   # damaged bytes: a line that does not parse, skipped
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                cut.append(n)
+                continue
+            if not isinstance(e, dict) or 'iter' not in e or not isinstance(e.get('probe'), dict):
+                continue
+            if not all(k in e['probe'] for k in KEYS):
+                older += 1
+                missing |= {k for k in KEYS if k not in e['probe']}
+                continue
+            probes[e['iter']] = tuple(nan(e['probe'][k]) for k in KEYS)
+    if cut:
+        warn(f"{path} line{'s' if len(cut) > 1 else ''} {', '.join(map(str, cut))}: not JSON (cut by a killed run?), "
+             f"skipped")
+    if older:
+        keys = [k for k in KEYS if k in missing]
+        warn(f"{path}: {older} probe{'s' if older > 1 else ''} without {' or '.join(keys)} (a log older than "
+             f"{'that key' if len(keys) == 1 else 'those keys'}), skipped{'' if probes else '; the run is left out'}")
+        if not probes:
+            return None
+    return probes
+
+
+def nan(x):
+    """A probe's number; None (train.py writes NaN so) as NaN."""
+    return float('nan') if x is None else x
+
+
+def warn(text):
+    print(f"bb_onset.py: warning: {text}", file=sys.stderr, flush=True)
 
 
 def table(runs):
@@ -62,9 +124,12 @@ def table(runs):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('results', nargs='?', default=os.path.join('docs', 'results', '2026-11-28-bb512'))
-    p.add_argument('--out', help='the figure (default RESULTS/onset.png)')
+    p.add_argument('results', nargs='?', type=path_arg,
+                   help='the results folder (default docs/results/2026-11-28-bb512 of this repository)')
+    p.add_argument('--out', type=path_arg, help='the figure (default RESULTS/onset.png)')
     args = p.parse_args(argv)
+    if args.results is None:   # the repository's, wherever the command runs; named as before from its root
+        args.results = os.path.relpath(os.path.join(ROOT, 'docs', 'results', '2026-11-28-bb512'))
     if not os.path.isdir(os.path.join(args.results, 'pilots')):
         sys.exit(f"bb_onset.py: error: {args.results} has no pilots/ folder: pass the results folder of the batch-512 "
                  f"pilots")
@@ -76,6 +141,12 @@ def main(argv=None):
         sys.exit(f"bb_onset.py: error: {e}")
     runs = curves(args.results)
     print(table(runs))
+    draw(runs, out)
+    print(f'wrote {out}')
+
+
+def draw(runs, out):
+    from harness.plots import _pyplot, _save   # matplotlib, once every input has been read
     fig, axes = _pyplot().subplots(1, 2, figsize=(11, 4))
     for label, (steps, attn, value) in runs.items():
         style = dict(color='black', lw=2) if label.startswith('Guo') else \
@@ -87,7 +158,6 @@ def main(argv=None):
     axes[0].legend(fontsize=7)
     fig.suptitle('1-layer softmax + Adam at Guo et al.\'s batch: the onset of the sink, seed by seed')
     _save(fig, out)
-    print(f'wrote {out}')
 
 
 if __name__ == '__main__':

@@ -15,12 +15,16 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+ROOT = os.path.dirname(HERE)   # the repository: this file is docs/front_figure.py (not the working directory)
+sys.path.insert(0, ROOT)
+from harness.entry import early_exit_on_signal  # noqa: E402   first: a signal while the rest loads is one line
+early_exit_on_signal()
+
+import numpy as np  # noqa: E402
+
 from harness.entry import run_script  # noqa: E402
-from harness.fileio import atomic_write, check_output, disk_full, disk_full_text  # noqa: E402
+from harness.fileio import atomic_write, check_output, disk_full, disk_full_text, path_arg  # noqa: E402
 
 GAP = 24          # white pixels between panels and between rows
 
@@ -103,13 +107,14 @@ def side_by_side(imgs):
     return np.concatenate(parts[:-1], axis=1)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('folders', nargs='*', default=[os.path.join(HERE, 'figures', 'smollm2-pinned')],
+    p.add_argument('folders', nargs='*', type=path_arg, default=[os.path.join(HERE, 'figures', 'smollm2-pinned')],
                    help='one folder of analyze.py --plots figures per row (default: docs/figures/smollm2-pinned, '
                         'the README\'s figure)')
-    p.add_argument('--out', default=os.path.join(HERE, 'figures', 'front.png'), help='the PNG to write')
-    args = p.parse_args()
+    p.add_argument('--out', type=path_arg, default=os.path.join(HERE, 'figures', 'front.png'),
+                   help='the PNG to write')
+    args = p.parse_args(argv)
     inputs = [os.path.join(f, name) for f in args.folders
               for name in ('hidden_states.png', 'attention_map.png', 'attention_layers.png')]
     try:

@@ -1,5 +1,5 @@
 """Documents/s of analyze.py against a plain one-document-at-a-time transformers loop on the same documents
-(docs/public-models.md, "Speed"). Run from the repository root:
+(docs/public-models.md, "Speed"):
 
     OMP_NUM_THREADS=1 python docs/speed_public_model.py MODEL.gguf data/pinned_cpu_smollm2 200 [BATCH]
 
@@ -8,18 +8,24 @@ out and run this file as it was there.)
 
 Prints one JSON line per measurement: analysis (metrics + perplexity) and perplexity only (eval_quant's pass).
 """
+import argparse
 import json
 import math
 import os
 import sys
 import time
 
-sys.path.insert(0, os.getcwd())
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository: this file is docs/...
+sys.path.insert(0, ROOT)
+from harness.entry import early_exit_on_signal  # noqa: E402   first: a signal while torch loads is one line
+early_exit_on_signal()
+
 import torch  # noqa: E402
 
 from harness import measure  # noqa: E402
-from harness.dataset import iter_documents  # noqa: E402
+from harness.dataset import iter_documents, load_meta  # noqa: E402
 from harness.entry import run_script  # noqa: E402
+from harness.fileio import number, path_arg  # noqa: E402
 from harness.runs import wrap_hf  # noqa: E402
 from model import load_hf  # noqa: E402
 
@@ -50,10 +56,21 @@ def loop(hf, spec, data, n, analysis):
     return time.time() - t, math.exp(nll / count)
 
 
-def main():
-    spec, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    batch = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-    hf = load_hf(spec)
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('model', type=path_arg, help='a Hugging Face name or folder, or a .gguf file (local files only)')
+    p.add_argument('data', type=path_arg, help="a prepared data folder in the model's vocabulary")
+    p.add_argument('n', type=number(int, low=1), help='validation documents (100000, 100_000 or 1e5 alike)')
+    p.add_argument('batch', nargs='?', type=number(int, low=1), default=1,
+                   help="analyze.py's and eval_quant.py's documents per forward pass (default 1)")
+    args = p.parse_args(argv)
+    spec, data, n, batch = args.model, args.data, args.n, args.batch
+    try:   # the data, then the model, then the two together: one line each, before anything is timed
+        load_meta(data)
+        hf = load_hf(spec)
+        measure.check_data(data, wrap_hf(hf, spec))
+    except ValueError as e:
+        sys.exit(f"speed_public_model.py: error: {e}")
     report('plain loop, analysis', *loop(hf, spec, data, n, True), n)
     lm = wrap_hf(hf, spec)
     t = time.time()

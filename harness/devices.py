@@ -11,6 +11,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from harness import entry
 from harness.train_config import TrainingError
 
 
@@ -74,11 +75,55 @@ def setup_distributed(cfg):
     if device_type == 'cpu' and cfg['dtype'] == 'bfloat16' and rank == 0 and not cpu_bf16():
         print("warning: this CPU has no bf16 instructions (AMX or AVX512-BF16): dtype='bfloat16' runs emulated, "
               "slower than float32 (docs/performance.md); --dtype=float32 is faster here", file=sys.stderr)
+    if device_type == 'cpu' and cfg['dtype'] == 'float16' and rank == 0:
+        print("warning: dtype='float16' on a CPU: autocast runs float16 matmuls that most CPUs emulate (slower than "
+              "float32), in float16's narrow range (overflow past 65,504; the gradient scaler guards the backward "
+              "only); --dtype=float32 is the CPU's (or bfloat16 where the CPU has bf16 instructions)", file=sys.stderr)
     return rank, local_rank, world, cfg['device'], device_type
 
 
 # oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: with one, oneDNN uses no bf16 instruction
 NO_BF16_ISA = {'SSE41', 'AVX', 'AVX2', 'AVX2_VNNI', 'AVX2_VNNI_2', 'AVX512_CORE', 'AVX512_CORE_VNNI'}
+
+
+def available_memory():
+    """Bytes this machine can still allocate (Linux's MemAvailable), or None where /proc/meminfo does not say."""
+    try:
+        with open('/proc/meminfo') as f:
+            for line in f:
+                if line.startswith('MemAvailable:'):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def gib(n):
+    """Bytes in the unit that reads best: MiB, GiB or TiB."""
+    return (f"{n / 2 ** 20:,.0f} MiB" if n < 2 ** 30 else f"{n / 2 ** 30:,.1f} GiB" if n < 2 ** 40 * 10
+            else f"{n / 2 ** 40:,.0f} TiB")
+
+
+def memory_problem(cfg, model_args, rows, available):
+    """A one-line refusal when a CPU run of the model `model_args` (GPTConfig's) cannot fit in `available` bytes, else
+    None: at least 16 bytes a parameter (fp32 weights and gradients, Adam's two moments) and, per micro-batch of
+    `rows` sequences, 16 fp32 values a token and layer of activations and the int64 batch: lower bounds, so a run this
+    refuses would fail for certain (after minutes of allocating, or with the allocator's traceback), and one it lets
+    through may still be too large."""
+    if available is None:
+        return None
+    from model import GPT, GPTConfig
+    with torch.device('meta'):   # the parameters counted, none allocated
+        n_params = GPT(GPTConfig(**model_args)).num_params()
+    tokens = rows * cfg['block_size']
+    state, acts = 16 * n_params, tokens * (16 * 4 * cfg['n_layer'] * cfg['n_embd'] + 3 * 8)
+    if state + acts <= available:
+        return None
+    fix = ('--n_embd, --n_layer (the model)' if state >= acts else
+           '--batch_size (or raise --gradient_accumulation_steps at the same batch) or --block_size')
+    return (f"this run needs more than {gib(state + acts)} of memory ({n_params:,} parameters x 16 bytes for fp32 "
+            f"weights, gradients and Adam's moments: {gib(state)}; activations of {tokens:,} tokens a micro-batch: "
+            f"at least {gib(acts)}) and this machine has {gib(available)} available: lower {fix}")
 
 
 def cpu_bf16():
@@ -119,6 +164,7 @@ def report_error(text):
     first one exits: rank 1 exiting first could cut rank 0's line off. So rank 0 prints and then marks it in the
     launch's store, and every other rank waits for that mark before it exits; a rank that sees no mark within
     ERROR_WAIT_S (its failure was its own, or rank 0 is gone) prints its line itself, named by its rank."""
+    entry.ending()   # the line is the run's last word: a signal during the teardown that follows is not raised
     if not dist.is_initialized() or dist.get_world_size() == 1:
         if int(os.environ.get('RANK', 0)) == 0:
             print(f"error: {text}", file=sys.stderr, flush=True)

@@ -5,6 +5,12 @@
     if __name__ == '__main__':
         run_script(main)             # main(*args) returns an exit code or None, or raises SystemExit
 
+A script's first statements are `from harness.entry import early_exit_on_signal` and `early_exit_on_signal()`,
+before it imports torch: from then until run_script takes over, SIGINT and SIGTERM end it at once with the same line
+and exit code (there is nothing to clean up yet), where Python would print KeyboardInterrupt's traceback (or SIGTERM
+kill it with no line). After run_script has ended, a late signal (torchrun's SIGTERM to a rank that is already
+exiting) is ignored.
+
 run_script(main) turns
 - SIGINT (Ctrl-C) and SIGTERM (a scheduler's, `kill PID`'s) into one line on stderr, `analyze.py: stopped by SIGTERM`,
   and exit 128 + the signal's number (130, 143), as a shell reports a process a signal ended. A SIGTERM is raised
@@ -13,6 +19,10 @@ run_script(main) turns
   itself (its checkpoint) and returns 128 + the number;
 - a full disk (fileio.disk_full: OSError ENOSPC / EDQUOT, torch.save's error) into one line, `analyze.py: error: the
   disk holding ... is full (writing ... failed); ...`, and exit 1.
+
+Once the script has begun to end (main returned or raised, or it called ending() after printing its error line and
+before its teardown), a signal is passed on to the children but never raised: it would land in a finalizer of the
+teardown as an `Exception ignored in ...` traceback.
 
 No child that start_child() started outlives the script. A child runs in a session of its own, so a signal reaches it
 once, from its parent: the terminal's Ctrl-C reaches the script alone, and a SIGTERM sent to the script's pid alone
@@ -39,7 +49,7 @@ GRACE_S = 60          # how long a child a signal stopped may take to end: train
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _children = []        # every process start_child() started that may still run
 _lock = threading.RLock()   # start_child() in a worker thread against the signal handler in the main thread
-_state = {'owner': None, 'signal': None, 'ending': False, 'signalled': set()}
+_state = {'owner': None, 'signal': None, 'ending': False, 'signalled': set(), 'ended': False}
 
 
 class Stopped(KeyboardInterrupt):
@@ -78,6 +88,30 @@ def stop_child(proc, signum=signal.SIGTERM, grace=GRACE_S):
         return proc.wait()
 
 
+def early_exit_on_signal():
+    """Call first in a script, before its heavy imports: until run_script installs its handler, SIGINT and SIGTERM
+    print `NAME: stopped by SIGINT` and end the process at once with 128 + N; after run_script has ended they are
+    ignored (the script is exiting with its own code). A signal ignored at launch (nohup, a background job) stays
+    ignored."""
+    _state['ended'] = False
+    for s in SIGNALS:
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, _early_signal)
+
+
+def _early_signal(signum, _frame):
+    if _state['ended']:
+        return
+    _say(f"{os.path.basename(sys.argv[0]) or 'python'}: stopped by {signal.Signals(signum).name}")
+    os._exit(128 + signum)
+
+
+def ending():
+    """The script has begun to end (its error line is printed; its teardown follows): from now on a signal is passed
+    on to the children and not raised."""
+    _state['ending'] = True
+
+
 def run_script(main, *args, note=None):
     """main(*args) as the script, then exit: with main's return value when it is an exit code (an int or a
     string, as sys.exit takes them; anything else, such as bench.py's results: None, exit 0), or after a signal with one line and
@@ -85,28 +119,32 @@ def run_script(main, *args, note=None):
     or after a full disk with one line and 1. Any other exception is main's own (a SystemExit, a traceback)."""
     name = script_name(main)
     previous = {s: signal.getsignal(s) for s in SIGNALS}
-    _state.update(owner=os.getpid(), signal=None, ending=False, signalled=set())
+    _state.update(owner=os.getpid(), signal=None, ending=False, signalled=set(), ended=False)
     for s, handler in previous.items():
         if handler is not signal.SIG_IGN:   # ignored at launch (nohup, a script's background job): stays ignored
             signal.signal(s, _on_signal)
     code = None
     try:
         code = main(*args)
+        _state['ending'] = True
     except KeyboardInterrupt as e:
+        _state['ending'] = True
         signum = getattr(e, 'signum', signal.SIGINT)
         _end_children(signum)
         _say(f"{name}: stopped by {signal.Signals(signum).name}" + (f"; {note}" if note else ''))
         code = 128 + signum
     except Exception as e:
+        _state['ending'] = True
         if not disk_full(e):
             raise
         _say(f"{name}: error: {full_disk_text(e)}")
         code = 1
     finally:
         _end_children(signal.SIGTERM)
+        _state['ending'] = True
         for s, handler in previous.items():
             signal.signal(s, handler)
-        _state.update(owner=None, signal=None, ending=False, signalled=set())
+        _state.update(owner=None, signal=None, ending=False, signalled=set(), ended=True)
     sys.exit(code if isinstance(code, (int, str)) and not isinstance(code, bool) else None)
 
 

@@ -137,7 +137,7 @@ def save_sharded(model, optimizer, out_dir, iter_num, kept, reuse=False):
     rank 0 after all finished. Returns {'dir': the folder's name (relative to out_dir), 'world'}.
     reuse=True (the state of the iteration ckpt.pt was written at, no step since): the folder ckpt.pt names, when it
     is complete. A failed write (a full disk, on any rank) removes the temporary folder and is a one-line
-    TrainingError on every rank, `kept` saying which checkpoint is kept. Collective."""
+    TrainingError on every rank, `kept` saying which checkpoint is kept and how to continue. Collective."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
     if reuse:
@@ -178,9 +178,9 @@ def save_sharded(model, optimizer, out_dir, iter_num, kept, reuse=False):
 
 def _save_error(e, path, kept):
     if disk_full(e):
-        return TrainingError(f"{disk_full_text(path)}; {kept}, continue with --init_from=resume")
+        return TrainingError(f"{disk_full_text(path)}; {kept}")
     return TrainingError(f"cannot write the sharded checkpoint {path} ({type(e).__name__}: "
-                         f"{' '.join(str(e).split())[:200]}); {kept}, continue with --init_from=resume")
+                         f"{' '.join(str(e).split())[:200]}); {kept}")
 
 
 def named_shards(path):

@@ -113,7 +113,7 @@ def remaining_time(elapsed, progress):
     resumed row by what it has left."""
     trained = sum(max(0, now - begin) for begin, _, now in progress)
     left = sum(max(0, end - max(begin, now)) for begin, end, now in progress)
-    return elapsed * left / trained if trained else float('inf')
+    return 0.0 if not left else elapsed * left / trained if trained else float('inf')   # nothing left: no '?'
 
 
 def stopped_by(returncode):
@@ -194,7 +194,8 @@ def laptop_setting():
 
 
 # Table 5's SGD rows at the laptop scale (the paper trains them 8x longer at LR 0.2 with momentum and without): this
-# many times the base's steps, at the LR the SGD pilot chose (config/laptop/pilots/sgd/, docs/reproducing.md)
+# many times the base's steps, at the LR the SGD pilot chose for each momentum (config/laptop/pilots/sgd.py,
+# docs/reproducing.md); None: not chosen yet, the rows are left out
 LAPTOP_SGD_STEPS, LAPTOP_SGD_LR = 2, None
 
 
@@ -216,10 +217,10 @@ def laptop_rows(table, cfg):
     if cfg['optimizer'] not in DECOUPLED_WEIGHT_DECAY:
         out['weight_decay'] = 0.0
     if cfg['optimizer'] == 'sgd':
-        if LAPTOP_SGD_LR is None:
+        lr = (LAPTOP_SGD_LR or {}).get(cfg['momentum'])
+        if lr is None:
             return None
-        out.update(max_iters=out['max_iters'] * LAPTOP_SGD_STEPS, learning_rate=LAPTOP_SGD_LR,
-                   min_lr=LAPTOP_SGD_LR / 10)
+        out.update(max_iters=out['max_iters'] * LAPTOP_SGD_STEPS, learning_rate=lr, min_lr=lr / 10)
     return out
 
 

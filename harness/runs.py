@@ -135,6 +135,13 @@ def only_best(ckpt_path, best_path):
             f"checkpoint: cp {best_path} {ckpt_path}, then --init_from=resume; or choose another --out_dir")
 
 
+def continue_advice(last_saved):
+    """What continues a run that stopped on an error: its last checkpoint when it wrote one, else the same command
+    (init_from scratch or auto: no checkpoint means nothing to resume, and --init_from=resume would be refused)."""
+    return ("continue with --init_from=resume" if last_saved is not None else
+            "run the same command again once that is fixed (there is no checkpoint to resume: it starts again)")
+
+
 def load_checkpoint(path):
     if not os.path.isfile(path):
         best = os.path.join(os.path.dirname(path), 'best.pt')

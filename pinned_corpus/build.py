@@ -417,7 +417,8 @@ def documents(subset: str = "cpu", cache: Path | None = None, manifest: dict | N
         progress.update(k + 1, 0)
         return got
     docs = list(corpus_clean.deduplicate(doc for k, src in enumerate(srcs) for doc in read(k, src)))
-    progress.done("cleaning and splitting")
+    if progress.last > progress.t0:   # a read long enough to have shown progress says when it is done
+        progress.done("cleaning and splitting")
     grams = [corpus_clean.gram_hashes(text) for _, text in docs]
     near = corpus_clean.near_duplicates(grams)
     keep = [i for i in range(len(docs)) if i not in near]

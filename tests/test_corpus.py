@@ -446,3 +446,36 @@ def test_the_markdown_table_and_the_record_changes_of_a_subset():
     del stats["sources"]["b"]
     assert corpus.changes(old, stats) == [f"val.bin: 21 -> 22 tokens, sha256 {'2' * 16}... -> {'3' * 16}...",
                                           "source b removed", "source a: other text"]
+
+
+def test_the_subsets_nest_and_the_laptop_subset_reads_only_its_sources(tmp_path):
+    """cpu within laptop within full: a source marked cpu is in all three, one marked laptop in laptop and full, one
+    marked full in full alone; documents('laptop') reads the first two (the third's artifact is not even opened)."""
+    a = source(tmp_path, "a", "a-1.tar.gz", tar_bytes({"a/x.txt": prose(1).encode()}), ["a/*"])
+    b = source(tmp_path, "b", "b-1.tar.gz", tar_bytes({"b/x.txt": prose(2).encode()}), ["b/*"], subset="laptop")
+    c = source(tmp_path, "c", "c-1.tar.gz", tar_bytes({"c/x.txt": prose(3).encode()}), ["c/*"], subset="full")
+    manifest = {"sources": [a, b, c]}
+    assert [[s["id"] for s in pinned.subset_sources(manifest, name)] for name in ("cpu", "laptop", "full")] == [
+        ["a"], ["a", "b"], ["a", "b", "c"]]
+    (tmp_path / "c-1.tar.gz").write_bytes(b"not read")   # the laptop subset never reads c's artifact
+    docs = pinned.documents("laptop", tmp_path, manifest, count=len)
+    assert sorted({d[0].split(":")[0] for d in docs}) == ["a", "b"]
+    with pytest.raises(CorpusError, match="unknown corpus subset 'tiny': use cpu, laptop, full, archive"):
+        pinned.subset_sources(manifest, "tiny")
+    from pinned_corpus import schema
+    good = json.loads((Path(pinned.__file__).parent / "manifest.json").read_text())
+    assert schema.problem(good) is None
+    good["sources"][0]["subset"] = "tiny"
+    assert 'subset" is "tiny", not "cpu" or "laptop" or "full"' in schema.problem(good)
+
+
+def test_measure_pins_the_bytes_files_as_prepare_writes_them(tmp_path):
+    """measure()'s bytes_splits: the sha256 and length of the uint16 file of each document's UTF-8 bytes followed by
+    256, computed here by hand from the documents (non-ASCII text included)."""
+    docs = [("a:1", "train", "héllo wörld"), ("a:2", "train", "plain"), ("a:3", "val", "naïve ✓")]
+    stats = pinned.measure(docs, ["a"], lambda t: [ord(c) % 50000 for c in t], 50256)
+    for split in ("train", "val"):
+        ids = [x for _, s, t in docs if s == split for x in [*t.encode("utf-8"), 256]]
+        want = np.array(ids, dtype=np.uint16)
+        assert stats["bytes_splits"][split] == {"documents": sum(1 for d in docs if d[1] == split),
+                                                "tokens": len(ids), "sha256": hashlib.sha256(want.tobytes()).hexdigest()}

@@ -277,3 +277,23 @@ def test_a_hand_edited_manifest_is_one_line_naming_the_entry(tmp_path, monkeypat
     assert e.value.code == (f"error: pinned_corpus/manifest.json: {expected}: fix that entry (docs/data.md lists the "
                             f"manifest's keys) or restore the file (git checkout pinned_corpus/manifest.json)")
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_archive_s_out_is_checked_before_the_corpus_is_read(tmp_path, monkeypatch):
+    """corpus.py archive --out <a read-only folder or a full disk> worked for minutes before failing; an existing
+    file, an empty path or a folder are now refused at once, and the corpus is never read."""
+    import corpus
+    monkeypatch.setattr(corpus_build, "documents", lambda *a, **k: pytest.fail("the corpus was read"))
+    existing = tmp_path / "c.jsonl.xz"
+    existing.write_bytes(b"mine")
+    for out, expected in ((existing, "exists: pass another --out"), (tmp_path, "is a folder, not a file"),
+                          (tmp_path / "f" / "c.jsonl.xz", None)):
+        if expected is None:   # under a file
+            (tmp_path / "f").write_text("")
+            expected = "is a file, not a folder"
+        with pytest.raises(corpus_build.CorpusError, match=expected):
+            corpus.archive(out, tmp_path, {"archive": {"size": 1}})
+    assert existing.read_bytes() == b"mine"
+    monkeypatch.setattr(corpus.shutil, "disk_usage", lambda p: SimpleNamespace(free=10 * 2 ** 20))
+    with pytest.raises(corpus_build.CorpusError, match="has 10 MiB free, and the archive takes about 48 MiB"):
+        corpus.archive(tmp_path / "new.jsonl.xz", tmp_path, {"archive": {"size": 50_753_084}})

@@ -51,6 +51,17 @@ def wiring_problems(source):
             found.append("its `if __name__ == '__main__':` is not one call run_script(main, ...)")
         elif not imported:
             found.append("run_script is not harness.entry's")
+    guarded = False   # early_exit_on_signal() is called before anything but the standard library is imported
+    for n in tree.body:
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and \
+                getattr(n.value.func, 'id', None) == 'early_exit_on_signal':
+            guarded = True
+        names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ''] if isinstance(
+            n, ast.ImportFrom) else []
+        if not guarded and any(m.split('.')[0] not in sys.stdlib_module_names and m != 'harness.entry' for m in names):
+            found.append(f"line {n.lineno}: imports {names[0]} before early_exit_on_signal() (a signal while it "
+                         f"loads would be a traceback)")
+            break
     for n in ast.walk(tree):
         if isinstance(n, ast.Attribute) and n.attr == 'Popen':
             found.append(f"line {n.lineno}: subprocess.Popen: start a child with entry.start_child")
@@ -68,11 +79,17 @@ def test_the_wiring_check_finds_each_way_a_script_can_miss_the_entry_point():
     good = ("from harness.entry import run_script\n\ndef main():\n    pass\n\n"
             "if __name__ == '__main__':\n    run_script(main)\n")
     assert wiring_problems(good) == []
+    guarded = "import os\nfrom harness.entry import early_exit_on_signal\nearly_exit_on_signal()\nimport torch\n" + good
+    assert wiring_problems(guarded) == []
+    assert wiring_problems(guarded.replace('early_exit_on_signal()\n', '')) == [
+        "line 3: imports torch before early_exit_on_signal() (a signal while it loads would be a traceback)"]
     assert wiring_problems(good.replace('run_script(main)', 'main()')) == [
         "its `if __name__ == '__main__':` is not one call run_script(main, ...)"]
     assert wiring_problems(good.replace('run_script(main)', 'run_script(main)\n    print()')) == [
         "its `if __name__ == '__main__':` is not one call run_script(main, ...)"]
-    assert wiring_problems(good.replace('from harness.entry', 'from other')) == ["run_script is not harness.entry's"]
+    assert wiring_problems(good.replace('from harness.entry import run_script', 'from other import run_script')) == [
+        "run_script is not harness.entry's",
+        "line 1: imports other before early_exit_on_signal() (a signal while it loads would be a traceback)"]
     assert wiring_problems("def main():\n    pass\n") == ["no `if __name__ == '__main__':` block"]
     popen = good.replace('    pass', '    subprocess.Popen(cmd, start_new_session=True)')
     assert wiring_problems(popen) == ['line 4: subprocess.Popen: start a child with entry.start_child',
@@ -357,3 +374,52 @@ def test_a_full_disk_is_one_line_in_the_measuring_scripts(text_run, argv, writte
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and 'Traceback' not in r.stderr and lines[-1] == (
         f"{argv[0]}: error: {fileio.disk_full_text(str(full / written))}"), r.stderr
+
+
+# ----------------------------------------------------------------------------- the first seconds and the last
+@pytest.mark.parametrize('script, args, after, sig', [
+    ('train.py', ['config/tiny_cpu.py', '--max_iters=3000'], 0.5, signal.SIGINT),
+    ('train.py', ['config/tiny_cpu.py', '--max_iters=3000'], 1.0, signal.SIGINT),
+    ('analyze.py', ['--ckpt', 'out/none', '--max_docs', '0'], 1.0, signal.SIGINT),
+    ('export_hf.py', ['--ckpt', 'out/none', '--out', 'out/none_hf'], 1.0, signal.SIGTERM),
+    ('eval_quant.py', ['--ckpt', 'out/none'], 0.3, signal.SIGTERM)])
+def test_a_signal_while_a_script_still_imports_torch_is_one_line(script, args, after, sig):
+    """Ctrl-C one second into train.py (torch still loading) printed KeyboardInterrupt's traceback; SIGTERM then ended
+    export_hf.py by the signal's default (-15, no line). early_exit_on_signal() is the script's first statement: the
+    same one line and 128 + N as once run_script runs (whichever of the two the signal meets)."""
+    proc = launch([sys.executable, script, *args])
+    time.sleep(after)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig and err == f"{script}: stopped by {signal.Signals(sig).name}\n", err
+
+
+def test_a_signal_after_the_error_line_is_passed_on_but_never_raised(capsys):
+    """An FSDP rank whose peer died printed its one line (report_error), then torchrun's SIGTERM arrived during the
+    teardown and the handler raised Stopped inside a finalizer ("Exception ignored in ..."). Once a script has begun
+    to end (entry.ending(), which report_error calls), a signal does not raise; the script exits with its own code."""
+    seen = []
+
+    def main():
+        print('error: rank 0 lost contact', file=sys.stderr)
+        entry.ending()
+        os.kill(os.getpid(), signal.SIGTERM)   # delivered here, in the main thread, before the next bytecode
+        seen.append('teardown ran to its end')
+        return 2
+    assert ends(main) == 2 and seen == ['teardown ran to its end']
+    assert capsys.readouterr().err == 'error: rank 0 lost contact\n'
+
+
+def test_after_the_script_has_ended_a_late_signal_is_ignored(capsys):
+    """early_exit_on_signal's handler, which run_script puts back at its end: a signal after that (torchrun's, while
+    the interpreter exits) neither prints nor ends the process a second time."""
+    before = {s: signal.getsignal(s) for s in entry.SIGNALS}
+    try:
+        entry.early_exit_on_signal()
+        assert ends(lambda: 0) == 0
+        assert signal.getsignal(signal.SIGTERM) is entry._early_signal
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert capsys.readouterr().err == ''
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)

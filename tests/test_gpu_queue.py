@@ -16,6 +16,7 @@ import pytest
 import reproduce
 from conftest import ROOT
 from harness.dataset import prepare_bigram_backcopy
+from harness.device_files import OUT_FILES
 from harness.recipe import STEPS
 
 pytestmark = pytest.mark.slow   # the GPU queue's items as CPU trainings
@@ -106,7 +107,7 @@ def test_a_rows_item_over_three_calls_cut_stopped_then_complete(bb, tmp_path):
     assert s3['rows']['table2-gpt2_60m_vanilla'] | {'tokens_per_s': None} == {
         'state': 'finished', 'iter': 4, 'max_iters': 4, 'tokens_per_s': None, 'analysis': True, 'quant': True}
     files = os.listdir(tmp_path / 'o3')
-    assert len(files) <= gpu_queue.OUT_FILES and 'status.json' in files
+    assert len(files) <= OUT_FILES and 'status.json' in files
     with tarfile.open(tmp_path / 'o3' / 'table2-gpt2_60m_vanilla.tar.gz') as t:
         names = set(t.getnames())
         analysis = json.load(t.extractfile('table2-gpt2_60m_vanilla/analysis.json'))
@@ -193,6 +194,9 @@ def write_pack(path, members):
     ('member escaping', 'the member row-b/../../../evil.txt lies outside row-b/'),
     ('not a tar', 'row-b.tar.gz is damaged or not a pack'),
     ('into a file', 'is a file, not a folder; choose another --into'),
+    ('status twice', 'status.json and {src}/vanilla_60m.status.json would both be unpacked as '
+                     '{into}/vanilla_60m.status.json'),
+    ('a file named runs', 'runs would be unpacked as {into}/runs, the folder the packs unpack into'),
 ])
 def test_unpack_of_damaged_files_is_one_line_and_leaves_nothing(tmp_path, damage, said):
     """Tracebacks, case 12: what a GPU machine can send back damaged (status.json cut in half, a pack cut short, a
@@ -215,11 +219,17 @@ def test_unpack_of_damaged_files_is_one_line_and_leaves_nothing(tmp_path, damage
         write_pack(src / 'row-b.tar.gz', {'row-b/analysis.json': b'{}', 'row-b/../../../evil.txt': b'escaped'})
     elif damage == 'not a tar':
         (src / 'row-b.tar.gz').write_bytes(b'<html>502 Bad Gateway</html>')
+    elif damage == 'status twice':   # two files, one name: the second replaced the real status.json, silently
+        (src / 'vanilla_60m.status.json').write_text(json.dumps({'item': 'vanilla_60m', 'complete': False}))
+    elif damage == 'a file named runs':   # the packs' folder
+        (src / 'runs').write_text('not a folder')
     else:
         into.write_text('mine')
     r = queue('unpack', str(src), '--into', str(into), '--work', str(work))
+    said = said.format(src=src, into=into)
     assert r.returncode == 2 and r.stderr.count('\n') == 1 and said in r.stderr and 'Traceback' not in r.stderr, \
         r.stderr
+    assert 'nothing was unpacked' in r.stderr or damage == 'into a file'
     assert sorted(os.listdir(tmp_path)) == (['files', 'into'] if damage == 'into a file' else ['files'])
     assert not list(tmp_path.rglob('evil.txt')) and not list(tmp_path.parent.glob('evil.txt'))
     if damage == 'into a file':
@@ -289,6 +299,27 @@ def test_unpack_of_whole_files_puts_each_in_its_place(tmp_path):
     assert (into / 'runs' / 'row-a' / 'log.jsonl').read_bytes() == b'{"event": "eval", "iter": 4}\n'
 
 
+def test_unpack_names_each_file_it_leaves_out(tmp_path):
+    """Silent loss: a file named .written-by among the device's files was copied over the staging folder's own mark,
+    then skipped as the mark: "unpacked 2 file(s)" and it was nowhere. Every file is unpacked or named in a line
+    saying why not; .written-by (fileio.MARK) is left out, since in --into it would claim the folder as a program's."""
+    src, into, work = tmp_path / 'files', tmp_path / 'into', tmp_path / 'here'
+    src.mkdir()
+    (src / 'status.json').write_text(json.dumps({'item': 'vanilla_60m'}))
+    (src / 'bench.log').write_text('measured')
+    (src / '.written-by').write_text('someone else')
+    write_pack(src / 'row-a.tar.gz', {'row-a/log.jsonl': b'{"event": "eval", "iter": 4}\n'})
+    r = queue('unpack', str(src), '--into', str(into), '--work', str(work))
+    assert r.returncode == 0 and r.stderr == '', r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"left out {src / '.written-by'}: .written-by is the mark"), r.stdout
+    assert lines[1].startswith('unpacked 2 file(s) and 1 pack(s) into ') and lines[1].endswith(
+        '; 1 file(s) left out (the line(s) above)'), r.stdout
+    assert sorted(str(p.relative_to(into)) for p in into.rglob('*') if p.is_file()) == [
+        'bench.log', 'runs/row-a/log.jsonl', 'vanilla_60m.status.json']
+    assert json.loads((into / 'vanilla_60m.status.json').read_text()) == {'item': 'vanilla_60m'}
+
+
 def test_carry_refuses_a_file_that_is_not_the_pinned_archive_and_leaves_nothing(tmp_path, monkeypatch, capsys):
     """Surprising exit, case 14: carry --archive <another file> was refused but left that file as
     data/corpus-archive.jsonl.xz, where prepare_c4.py --subset archive then read it. Now it is checked while copied
@@ -310,3 +341,103 @@ def test_a_step_a_signal_stopped_is_recorded_as_stopped_and_run_again(tmp_path):
         got = gpu_queue.run_step(call, 'step', [sys.executable, '-c', f'import sys; sys.exit({code})'], 30)
         assert got == rc and call.status['steps']['step'].get('rc') == rc
         assert call.status['steps']['step'].get('stopped_by') == stopped
+
+
+@pytest.mark.parametrize('args, said', [
+    (['--job_minutes', 'nan'], '--job_minutes nan: give a training job\'s minutes, a finite number > 0'),
+    (['--job_minutes', 'inf'], '--job_minutes inf: give'),
+    (['--job_minutes', '-1'], '--job_minutes -1: give'),
+    (['--job_minutes', '0'], '--job_minutes 0: give'),
+    (['--dataset', '{tmp}/not_prepared'], '--dataset: {tmp}/not_prepared is not a prepared dataset (no meta.json)'),
+    (['--dataset', '{tmp}/missing'], '--dataset: {tmp}/missing is not a prepared dataset (no meta.json)'),
+])
+def test_options_a_step_would_refuse_are_refused_before_the_call_starts(tmp_path, args, said):
+    """Surprising exit: --job_minutes nan (also inf, -1) or a --dataset that is not prepared started reproduce.py,
+    which refused it; the call then said "unfinished: call again with the same command" and exited 0, and every call
+    after it failed the same way (on a GPU window, the lease burnt in a loop). They are refused first, in one line,
+    exit 2, with nothing made: no --out, no status.json, no state on the machine."""
+    (tmp_path / 'not_prepared').mkdir()
+    r = queue('run', 'vanilla_60m', '--out', str(tmp_path / 'o'), '--minutes', '2', '--mini',
+              '--work', str(tmp_path / 'w'), *[a.format(tmp=tmp_path) for a in args])
+    said = said.format(tmp=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith('gpu_queue: error: ') and r.stderr.count('\n') == 1 and \
+        said in r.stderr, r.stderr
+    assert sorted(os.listdir(tmp_path)) == ['not_prepared'] and r.stdout == ''
+
+
+def test_job_minutes_for_an_item_that_trains_no_row_is_refused(tmp_path):
+    r = queue('run', 'gpu_tests', '--out', str(tmp_path / 'o'), '--minutes', '2', '--mini', '--job_minutes', '1')
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'gpu_tests trains no row' in r.stderr, r.stderr
+    assert not (tmp_path / 'o').exists()
+
+
+FAKE_CHILD = {   # reproduce.py as a child that ends each way, at once
+    'refused': ("print('usage: reproduce.py [-h] TABLE', file=sys.stderr); print('reproduce.py: error: argument "
+                "--job_minutes: nan is not allowed: a finite number >= 0', file=sys.stderr); sys.exit(2)"),
+    'failed': ("print('[failed] table2-gpt2_60m_vanilla: train failed', file=sys.stderr); "
+               "print('reproduce.py: error: 1 run(s) failed: train failed (exit 1: error: resuming on other data); "
+               "see train.out', file=sys.stderr); print('a last line', file=sys.stderr); sys.exit(1)"),
+    'stopped': "print('reproduce.py: stopped by SIGTERM', file=sys.stderr); sys.exit(143)",
+    'time budget': "print('[unfinished] table2-gpt2_60m_vanilla: 1 training job(s) ran', file=sys.stderr)",
+}
+
+
+def fake_call(monkeypatch, capsys, bb, out, work, child):
+    """One --mini call of vanilla_60m in this process, its reproduce.py child a fake that ends as `child` says:
+    (main's exit code, its stdout, its stderr, status.json)."""
+    child_cmd = [sys.executable, '-c', 'import sys; ' + FAKE_CHILD[child]]
+    monkeypatch.setattr(gpu_queue, 'repro_args', lambda call: child_cmd)
+    capsys.readouterr()
+    code = gpu_queue.main(['run', 'vanilla_60m', '--out', str(out), '--minutes', '1', '--mini', '--work', str(work),
+                           '--dataset', bb, '--commit', 'test'])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err, status(out)
+
+
+@pytest.mark.parametrize('child, error', [
+    ('refused', 'reproduce.py: error: argument --job_minutes: nan is not allowed: a finite number >= 0'),
+    ('failed', 'reproduce.py: error: 1 run(s) failed: train failed (exit 1: error: resuming on other data); see '
+               'train.out'),
+])
+def test_a_step_that_fails_is_a_failure_not_unfinished_work(bb, tmp_path, monkeypatch, capsys, child, error):
+    """Surprising exit: a reproduce.py child that refused (exit 2) or failed (exit 1) read as unfinished work: "call
+    N unfinished: call again with the same command", exit 0, and the same failure at every call after it. Now the
+    call fails: one line quoting the child's own error line, exit 1, status.json's outcome "failed", "failed" naming
+    the step, its exit and its line, and "next" saying to fix it rather than call again. A call after the fix
+    starts clean (no earlier "failed")."""
+    rc = 2 if child == 'refused' else 1
+    code, out, err, s = fake_call(monkeypatch, capsys, bb, tmp_path / 'o1', tmp_path / 'w', child)
+    mine = [line for line in err.splitlines() if line.startswith('gpu_queue')]
+    assert code == 1 and mine == [f"gpu_queue: error: reproduce gpt2_60m_vanilla failed (exit {rc}): {error}; fix "
+                                  f"that, then run the same command (as it is, it fails the same way)"], err
+    assert error in err.splitlines() and 'unfinished' not in out + err   # the child's lines, relayed as they came
+    assert (s['complete'], s['calls'][-1]['outcome'], s['next']) == (False, 'failed', gpu_queue.FIX_NEXT)
+    assert s['failed'] == [{'step': 'reproduce gpt2_60m_vanilla', 'rc': rc, 'error': error}]
+    assert s['error'] == mine[0][len('gpu_queue: error: '):]
+    assert s['steps']['reproduce gpt2_60m_vanilla'] | {'seconds': 0} == {'rc': rc, 'seconds': 0, 'error': error}
+    code, out, err, s = fake_call(monkeypatch, capsys, bb, tmp_path / 'o2', tmp_path / 'w', 'time budget')
+    assert code == 0 and 'failed' not in s and 'error' not in s and [c['outcome'] for c in s['calls']] == [
+        'failed', 'unfinished']
+    assert s['next'] == 'call again with the same command'
+
+
+@pytest.mark.parametrize('child, stopped_by', [('stopped', 'SIGTERM'), ('time budget', None)])
+def test_a_step_stopped_or_out_of_time_is_unfinished_work(bb, tmp_path, monkeypatch, capsys, child, stopped_by):
+    """A step a signal stopped (exit 128 + N) and a training job whose time budget ran out (exit 0, the row not
+    finished) stay what they were: unfinished, exit 0, "call again with the same command"."""
+    code, out, err, s = fake_call(monkeypatch, capsys, bb, tmp_path / 'o', tmp_path / 'w', child)
+    assert code == 0 and 'gpu_queue: error' not in err and 'unfinished: call again with the same command' in out
+    assert (s['complete'], s['calls'][-1]['outcome'], s['next']) == (False, 'unfinished',
+                                                                     'call again with the same command')
+    assert 'failed' not in s and 'error' not in s
+    step = s['steps']['reproduce gpt2_60m_vanilla']
+    assert step['rc'] == (None if stopped_by else 0) and step.get('stopped_by') == stopped_by and 'error' not in step
+
+
+def test_error_line_is_the_step_s_last_error_line():
+    assert gpu_queue.error_line(['usage: x\n', 'reproduce.py: error: argument --n: bad\n', 'then\n']) == \
+        'reproduce.py: error: argument --n: bad'
+    assert gpu_queue.error_line(['error: resuming on other data\n', '\n']) == 'error: resuming on other data'
+    traceback = ['Traceback (most recent call last):\n', 'RuntimeError: boom\n']
+    assert gpu_queue.error_line(traceback) == 'RuntimeError: boom'
+    assert gpu_queue.error_line([]) == '(it printed nothing)'

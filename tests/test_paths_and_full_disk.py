@@ -277,7 +277,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_last_good_checkpoint(bigram_data,
     code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={out}', *SMALL, '--max_iters=4',
                        '--eval_interval=2', '--init_from=resume')
     assert code == 2 and len(err.strip().splitlines()) == 1 and 'is full' in err, err
-    assert 'ckpt.pt (iteration 2) is kept' in err
+    assert 'ckpt.pt (iteration 2) is kept, continue with --init_from=resume' in err
     after = snapshot(out)
     assert after['ckpt.pt'] == before['ckpt.pt'] and after['best.pt'] == before['best.pt']   # the last good ones
     assert not [name for name in after if name.endswith('.tmp')]
@@ -285,6 +285,12 @@ def test_a_full_disk_is_one_line_and_keeps_the_last_good_checkpoint(bigram_data,
     code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={fresh}', *SMALL, '--max_iters=2',
                        '--eval_interval=2')
     assert code == 2 and 'is full' in err and 'no checkpoint had been written' in err, err
+    # the advice works when followed: no checkpoint, so not --init_from=resume (refused: "no checkpoint at ...")
+    assert 'run the same command again' in err and '--init_from=resume' not in err, err
+    monkeypatch.undo()
+    code, _, err = cli(capsys, f'--dataset={bigram_data}', f'--out_dir={fresh}', *SMALL, '--max_iters=2',
+                       '--eval_interval=2')
+    assert code == 0, err
     assert not any(f.endswith('.tmp') for f in os.listdir(fresh))
 
 
@@ -489,3 +495,38 @@ def test_an_empty_path_or_a_name_too_long_is_one_line_in_every_script(trained_ru
     said_lines = [line for line in (err + (code if isinstance(code, str) else '')).splitlines() if 'error:' in line]
     assert code != 0 and len(said_lines) == 1 and said in said_lines[0] and 'Traceback' not in err, (code, err)
     assert sorted(os.listdir('.')) == before
+
+
+def test_a_size_no_machine_has_is_one_line_before_anything_is_allocated():
+    """--n_embd=1048576 ended in the allocator's traceback ("can't allocate 13194139533312 bytes"); --batch_size=1e8
+    printed its tokens/iter and then nothing for minutes. devices.memory_problem, by hand: 16 bytes a parameter, and
+    per micro-batch 16 fp32 values a token and layer plus 24 bytes of int64 batch a token."""
+    from harness.devices import memory_problem
+    args = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=100)
+    cfg = dict(n_layer=2, n_embd=32, block_size=32)
+    from model import GPT, GPTConfig
+    n = GPT(GPTConfig(**args)).num_params()
+    need = 16 * n + 4 * 32 * (16 * 4 * 2 * 32 + 24)
+    assert memory_problem(cfg, args, 4, need) is None
+    text = memory_problem(cfg, args, 4, need - 1)
+    assert text.startswith(f"this run needs more than") and f"{n:,} parameters x 16 bytes" in text
+    assert text.endswith('lower --batch_size (or raise --gradient_accumulation_steps at the same batch) or --block_size')
+    big = memory_problem(dict(cfg, n_embd=2 ** 20), dict(args, n_embd=2 ** 20, n_head=1), 4, 20 * 2 ** 30)
+    assert 'TiB' in big and big.endswith('lower --n_embd, --n_layer (the model)')
+    assert memory_problem(cfg, args, 4, None) is None   # a machine that does not say: no refusal
+
+
+@pytest.mark.parametrize('argv, expected', [
+    (['bench.py', '--json', 'config/tiny_cpu.py', '--quick'], 'exists and is not a bench.py result'),
+    (['bench.py', '--repeats', '1e12', '--quick'], '--repeats=1000000000000: must be in [0, 10,000]'),
+    (['sample.py', '--ckpt', 'out/none', '--seed', '1e30'], 'argument --seed: 1e30 is not allowed'),
+    (['analyze.py', '--ckpt', 'out/none', '--block_size', '1'], '--block_size must be >= 2'),
+    (['eval_quant.py', '--ckpt', 'out/none', '--block_size', '1'], '--block_size must be >= 2')])
+def test_options_out_of_range_are_one_line_and_touch_nothing(argv, expected):
+    """Round 8: bench.py --json onto a tracked config replaced it; --repeats had no bound; sample.py's --seed overflowed
+    unnamed; analyze.py measured one-token windows (ppl null, sink rate 1.0)."""
+    before = open(os.path.join(ROOT, 'config', 'tiny_cpu.py'), 'rb').read()
+    r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [x for x in r.stderr.splitlines() if not x.startswith(('usage:', ' '))]
+    assert r.returncode in (1, 2) and len(lines) == 1 and expected in lines[0], r.stderr
+    assert open(os.path.join(ROOT, 'config', 'tiny_cpu.py'), 'rb').read() == before

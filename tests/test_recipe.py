@@ -300,5 +300,6 @@ def test_the_eta_counts_rows_in_flight_and_what_resumed_rows_have_left():
     progress = [(0, 1000, 1000), (0, 1000, 900), (0, 1000, 0), (400, 1000, 400)]
     assert recipe.remaining_time(3000, progress) == pytest.approx(3000 * 1700 / 1900)
     # The old count (finished rows only, whole rows) said 3000 × 3,000 / 1,000 = 9,000 s here.
-    assert recipe.remaining_time(3000, [(1000, 1000, 1000)]) == float('inf')   # nothing trained: no estimate
+    assert recipe.remaining_time(3000, [(1000, 1000, 1000)]) == 0.0   # nothing left to train: no '?'
+    assert recipe.remaining_time(3000, [(0, 1000, 0)]) == float('inf')   # nothing trained yet: no estimate
     assert recipe.remaining_time(60, [(0, 10, 10), (5, 10, 5)]) == pytest.approx(60 * 5 / 10)

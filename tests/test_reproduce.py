@@ -428,3 +428,11 @@ def test_a_training_job_a_signal_stopped_is_not_finished_and_the_exit_says_so(ca
     log = open(tmp_path / 'out' / 'smoke' / 'runs' / run / 'train.out').read()
     assert log.count('$ ') == 1 and '[done' not in printed and '[failed]' not in printed and '[stopped]' in printed
 
+
+
+def test_pack_into_the_results_folder_is_refused(capsys, tmp_path):
+    """--pack into a row's own folder was accepted: a row's pack would hold the packs made before it."""
+    out = tmp_path / 'o'
+    code, message, _ = exit_of(capsys, 'table5', '--scale', 'smoke', '--rows', '01_biases', '--out', str(out),
+                               '--pack', str(out / 'smoke' / 'runs' / 'table5-01_biases'))
+    assert code == 1 and 'is inside the results folder' in message and 'choose a folder outside it' in message

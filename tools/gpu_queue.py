@@ -16,9 +16,14 @@ from the state the machine keeps while warm (out/ and data/ outlive a call; $OUT
 What lands in --out (at most 8 files of at most 16 MiB, never a checkpoint):
   status.json        {"item", "kind", "mini", "commit", "device", "torch", "calls": [{"call", "minutes", "started",
                      "seconds", "outcome"}], "rows": {run: {"state", "iter", "max_iters", "tokens_per_s",
-                     "analysis", "quant"}}, "steps": {name: {"rc", "seconds"[, "stopped_by"]}}, "complete", "next"};
-                     rewritten as the call goes on; "complete" true when the item has nothing left to do; "rc" null:
-                     the step was stopped (the deadline, or the signal "stopped_by" names), the next call runs it
+                     "analysis", "quant"}}, "steps": {name: {"rc", "seconds"[, "stopped_by" | "error"]}}, "complete",
+                     "next"[, "error", "failed"]}; rewritten as the call goes on; "complete" true when the item has
+                     nothing left to do; "rc" null: the step was stopped (the deadline, or the signal "stopped_by"
+                     names), the next call runs it; another non-zero "rc": the step failed, "error" is its own error
+                     line (its last `error:` line, else its last line). A call that failed (a step that failed, or this
+                     script's own error) has the outcome "failed", "error" (the line it printed), "failed" (a list of
+                     {"step", "rc", "error"}: each step that failed in this call; empty when none did) and "next"
+                     saying what to fix: called again as it is, it would fail the same way
   rows items         <run>.tar.gz per row (recipe.pack_run: log.jsonl with its probes, train.out, config.json,
                      reproduce.json, then analysis.json, quant.json and the tables' .md/.json/trajectories), packed
                      every 30 s while a row trains; <table>_trajectories.png of the item's first table
@@ -28,11 +33,14 @@ What lands in --out (at most 8 files of at most 16 MiB, never a checkpoint):
                      side_by_side.json (two 60M rows on one GPU against each alone)
 """
 import argparse
+import collections
 import contextlib
 import glob
 import importlib.util
 import json
+import math
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -45,19 +53,21 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from harness.entry import early_exit_on_signal   # noqa: E402  first: a signal while the rest loads is one line
+early_exit_on_signal()
+
 # library modules of the repository root (E402: imported once sys.path holds it)
 from harness.entry import run_script, start_child, stop_child, stopping   # noqa: E402
-from harness.fileio import MARK, atomic_write, check_output, copy_atomic, path_arg, temporary_folder, write_json  # noqa: E402
+from harness.device_files import UnpackError, brought_back, keep_outputs, unpack   # noqa: E402
+from harness.fileio import atomic_write, check_output, copy_atomic, path_arg, write_json  # noqa: E402
 from harness.provenance import git_commit   # noqa: E402
-from harness.recipe import PACK_LIMIT, pack_run, run_state, stopped_by   # noqa: E402
+from harness.recipe import pack_run, run_state, stopped_by   # noqa: E402
 
-OUT_FILES = 8          # what one device call may bring back
 STARTUP_S = 45         # a training job's start before its clock runs: imports, the data check, the model
 STOP_S = 30            # after a job's time budget: its checkpoint, exit, the final pack and status
 PACK_EVERY_S = 30
 QUEUE_DIR = os.path.join('out', 'gpu_queue')   # what a call leaves on the machine for the next one
 REPRO_OUT = os.path.join('out', 'reproduce')
-NAME_CHARS = frozenset('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-')   # unpack's plain_name
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,21 @@ class QueueError(Exception):
     """One line for the user: what is wrong and what to do."""
 
 
+class StepFailed(QueueError):
+    """Steps of a call that failed (exit non-zero, not by a signal or the deadline): [{"step", "rc", "error"}]. Called
+    again as it is, the call would fail the same way: the line says what failed, with the step's own error line."""
+
+    def __init__(self, failures):
+        first = failures[0]
+        more = f" (and {len(failures) - 1} more step(s): status.json \"failed\")" if len(failures) > 1 else ''
+        super().__init__(f"{first['step']} failed (exit {first['rc']}): {first['error']}{more}; fix that, then run "
+                         f"the same command (as it is, it fails the same way)")
+        self.failures = failures
+
+
+FIX_NEXT = 'fix what "error" says, then run the same command (called again as it is, it fails the same way)'
+
+
 # ----------------------------------------------------------------------------- the state a call leaves
 class Call:
     """One call of an item: its deadline, its status (status.json, in QUEUE_DIR and copied to --out)."""
@@ -126,6 +151,8 @@ class Call:
                 self.status = json.load(f)
         except (OSError, ValueError):
             self.status = {'item': item.name, 'kind': item.kind, 'mini': mini, 'calls': [], 'rows': {}, 'steps': {}}
+        for stale in ('error', 'failed'):   # an earlier call's failure: this call says its own
+            self.status.pop(stale, None)
         self.status.update(commit=commit, device=device_name(), torch=torch_version(), complete=False,
                            next='call again with the same command')
         self.status['calls'].append({'call': len(self.status['calls']) + 1, 'minutes': minutes,
@@ -165,14 +192,28 @@ def torch_version():
 
 def run_step(call, name, cmd, seconds, log=None, env=None):
     """A command in its own process group, stopped (SIGTERM, then SIGKILL) when `seconds` or the call's deadline
-    less 20 s run out; output to `log` (a file under --out) or to this console. Records {"rc", "seconds"} in the
-    status ("rc": null when it was stopped: by the deadline, or by a signal, which train.py and reproduce.py report
-    as exit 128 + its number after their checkpoint, recipe.stopped_by; then "stopped_by" names it): a stopped step is
-    run again by the next call. Returns the exit code or None."""
+    less 20 s run out; output to `log` (a file under --out) or to this console (its stderr relayed line by line, so
+    that its error line can be quoted). Records {"rc", "seconds"} in the status ("rc": null when it was stopped: by
+    the deadline, or by a signal, which train.py and reproduce.py report as exit 128 + its number after their
+    checkpoint, recipe.stopped_by; then "stopped_by" names it): a stopped step is run again by the next call. Any other
+    non-zero exit is a failure: "error" records the step's own error line (error_line). Returns the exit code or
+    None."""
     limit = max(1.0, min(seconds, call.left() - 20))
     t, sink = time.time(), open(log, 'w') if log else None
-    proc = start_child(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT if sink else None,
+    proc = start_child(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT if sink else subprocess.PIPE,
                        env={**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})})
+    said = collections.deque(maxlen=200)   # the last lines of its stderr (no log)
+
+    def relay():
+        for raw in proc.stderr:
+            line = raw.decode(errors='replace')
+            said.append(line)
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+    reader = None if sink else threading.Thread(target=relay, daemon=True)
+    if reader:
+        reader.start()
     try:
         rc = proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -186,11 +227,32 @@ def run_step(call, name, cmd, seconds, log=None, env=None):
     finally:
         if sink:
             sink.close()
+    if reader:
+        reader.join(timeout=10)   # the rest of its stderr (a child of its own may hold the pipe: not for long)
     stopped = stopped_by(rc)
+    failed = rc not in (0, None) and not stopped
+    if failed and log:
+        with contextlib.suppress(OSError), open(log, errors='replace') as f:
+            said.extend(f.readlines()[-200:])
     call.status['steps'][name] = {'rc': None if stopped else rc, 'seconds': round(time.time() - t, 1),
-                                  **({'stopped_by': stopped.name} if stopped else {})}
+                                  **({'stopped_by': stopped.name} if stopped else {}),
+                                  **({'error': error_line(said)} if failed else {})}
     call.save()
     return None if stopped else rc
+
+
+def error_line(lines):
+    """A failed step's own error line: its last line that is one (`error: ...`, `reproduce.py: error: ...`,
+    argparse's `reproduce.py: error: argument ...`), else its last line."""
+    lines = [line.strip() for line in lines if line.strip()]
+    errors = [line for line in lines if re.match(r'(?:[^:\s][^:]*: )?error: ', line)]
+    return (errors or lines or ['(it printed nothing)'])[-1][:2000]
+
+
+def step_failure(call, name):
+    """{"step", "rc", "error"} of a step run_step recorded as failed."""
+    step = call.status['steps'][name]
+    return {'step': name, 'rc': step['rc'], 'error': step.get('error')}
 
 
 # ----------------------------------------------------------------------------- rows (reproduce.py)
@@ -263,6 +325,7 @@ def run_rows(call, job_minutes=None):
             pack_rows(call, dirs)
     stager = threading.Thread(target=stage, daemon=True)
     stager.start()
+    failures = []
     try:
         for row, run_dir in dirs.items():
             s = row_status(run_dir, quant)
@@ -273,8 +336,13 @@ def run_rows(call, job_minutes=None):
                 break   # too little time for a training job: the next call
             minutes = job_minutes if job_minutes is not None else max(left / 60, 0.5)
             cmd = repro_args(call) + ['--rows', row, '--job_minutes', f'{minutes:.6g}', '--max_jobs', '1']
-            if run_step(call, f'reproduce {row}', cmd, call.left()) is None:
+            rc = run_step(call, f'reproduce {row}', cmd, call.left())
+            if rc is None:
                 break   # stopped (the deadline, a signal): the row is not finished; the next call continues it
+            if rc != 0:   # failed (a refusal, a divergence): a row of its own may still train in this window
+                failures.append(step_failure(call, f'reproduce {row}'))
+            # exit 0 with the row not finished: its job's time budget ran out (reproduce.py --max_jobs 1), the next
+            # call continues it
     finally:
         stop.set()
         stager.join()
@@ -284,6 +352,8 @@ def run_rows(call, job_minutes=None):
     if os.path.isfile(figure):
         copy_atomic(figure, call.out)
     call.status['rows'] = {os.path.basename(d): row_status(d, quant) for d in dirs.values()}
+    if failures:   # packed above: what the failed rows wrote (train.out) comes back too
+        raise StepFailed(failures)
     return all(row_complete(s) for s in call.status['rows'].values())
 
 
@@ -299,10 +369,11 @@ def prepare_archive(call):
                   [sys.executable, os.path.join(ROOT, 'prepare_c4.py'), '--source', 'pinned', '--subset', 'archive',
                    '--corpus_archive', archive, '--out_dir', os.path.join(ROOT, 'data', 'pinned_archive')], 300,
                   log=os.path.join(call.state_dir, 'prepare.log'))
+    if rc is None:
+        raise QueueError("preparing data/pinned_archive was stopped before it finished (300 s, or the call's deadline):"
+                         " run the same command with more --minutes")
     if rc != 0:
-        with open(os.path.join(call.state_dir, 'prepare.log')) as f:
-            last = [line.strip() for line in f if line.strip()][-1:] or ['(no output)']
-        raise QueueError(f"preparing data/pinned_archive failed: {last[0]}")
+        raise StepFailed([step_failure(call, 'prepare pinned_archive')])
 
 
 # ----------------------------------------------------------------------------- GPU tests
@@ -319,19 +390,8 @@ def run_tests(call):
         rest = ['-k', MINI_GPU_TESTS] if call.mini else (['-n', '8'] if xdist else [])
         run_step(call, 'tests', pytest + ['tests', *rest, '--junitxml', os.path.join(call.out, 'tests.xml')],
                  call.left(), log=os.path.join(call.out, 'tests.log'), env=env)
-    keep_outputs(call, ('tests_first.log', 'tests_first.xml', 'tests.log', 'tests.xml'))
+    keep_outputs(call.out, call.state_dir, ('tests_first.log', 'tests_first.xml', 'tests.log', 'tests.xml'))
     return all(done.get(k, {}).get('rc') is not None for k in ('tests_first', 'tests'))
-
-
-def keep_outputs(call, names):
-    """What an earlier call of this item wrote to its --out is copied into the machine's state folder, and back to
-    this call's --out, so that the last call brings back every output of the item."""
-    for name in names:
-        here, kept = os.path.join(call.out, name), os.path.join(call.state_dir, name)
-        if os.path.isfile(here):
-            copy_atomic(here, kept)
-        elif os.path.isfile(kept):
-            copy_atomic(kept, here)
 
 
 # ----------------------------------------------------------------------------- bench
@@ -406,13 +466,14 @@ def run_bench(call):
         if name not in done or done[name]['rc'] is None:
             run_step(call, name, bench + ['--sections', sections, '--json', os.path.join(call.out, f'{name}.json')],
                      seconds, log=os.path.join(call.out, f'{name}.log'))
-            keep_outputs(call, (f'{name}.json', f'{name}.log'))
+            keep_outputs(call.out, call.state_dir, (f'{name}.json', f'{name}.log'))
     if 'side_by_side' not in done and call.left() > (60 if call.mini else 240):
         if not call.dataset:
             prepare_archive(call)
         side_by_side(call)
         done['side_by_side'] = {'rc': 0, 'seconds': None}
-    keep_outputs(call, ('bench.json', 'bench.log', 'bench_train.json', 'bench_train.log', 'side_by_side.json'))
+    keep_outputs(call.out, call.state_dir,
+                 ('bench.json', 'bench.log', 'bench_train.json', 'bench_train.log', 'side_by_side.json'))
     return all(k in done for k in ('bench', 'side_by_side')) and (call.mini or 'bench_train' in done)
 
 
@@ -438,6 +499,23 @@ def check_out(out, work):
     return out
 
 
+def check_options(args, item):
+    """--job_minutes and --dataset, as the step that reads them would refuse them, before anything starts: a refusal
+    by reproduce.py or train.py would come after the call has begun, and again in every call."""
+    if args.job_minutes is not None:
+        if item.kind != 'rows':
+            raise QueueError(f"--job_minutes: {item.name} trains no row (a {item.kind} item): it would be ignored; "
+                             f"drop it")
+        if not (math.isfinite(args.job_minutes) and args.job_minutes > 0):
+            raise QueueError(f"--job_minutes {args.job_minutes:g}: give a training job's minutes, a finite number > 0")
+    if args.dataset is not None:
+        from harness.dataset import load_meta
+        try:
+            load_meta(os.path.abspath(args.dataset))
+        except ValueError as e:
+            raise QueueError(f"--dataset: {e}") from None
+
+
 def cmd_run(args):
     item = BY_NAME.get(args.item)
     if item is None:
@@ -445,6 +523,7 @@ def cmd_run(args):
     if not (0 < args.minutes <= 10):
         raise QueueError(f"--minutes {args.minutes:g}: give the minutes this call may use, > 0 and <= 10 (one "
                          f"device command runs at most 10)")
+    check_options(args, item)   # before anything starts: a child would refuse them, call after call
     if not args.mini and importlib.util.find_spec('torch') and not __import__('torch').cuda.is_available():
         raise QueueError("no CUDA GPU here: the queue's items run on a GPU machine; --mini runs the CPU miniature")
     out = check_out(args.out, args.work)   # before any work: a wrong --out is one line, whatever data/ holds
@@ -458,17 +537,16 @@ def cmd_run(args):
     try:
         complete = {'rows': lambda: run_rows(call, args.job_minutes), 'tests': lambda: run_tests(call),
                     'bench': lambda: run_bench(call)}[item.kind]()
-    except QueueError as e:
-        call.status['error'] = str(e)
+    except QueueError as e:   # a step that failed, or this script's own refusal: not unfinished work
+        call.status.update(error=str(e), failed=getattr(e, 'failures', []), next=FIX_NEXT)
         call.save('failed')
         raise
     call.status['complete'] = bool(complete)
     call.status['next'] = 'nothing: the item is complete' if complete else 'call again with the same command'
-    files = [f for f in os.listdir(call.out)]
-    big = [f for f in files if os.path.getsize(os.path.join(call.out, f)) > PACK_LIMIT]
-    call.status['out_files'] = sorted(files)
-    if len(files) > OUT_FILES or big:
-        call.status['warning'] = f"{len(files)} files under --out (at most {OUT_FILES}), over 16 MiB: {big}"
+    files, warning = brought_back(call.out)   # more than a device call brings back: a warning in status.json
+    call.status['out_files'] = files
+    if warning:
+        call.status['warning'] = warning
     call.save('complete' if complete else 'unfinished')
     print(f"gpu_queue: {item.name}: call {len(call.status['calls'])} "
           f"{'complete' if complete else 'unfinished: call again with the same command'} "
@@ -477,104 +555,16 @@ def cmd_run(args):
 
 
 def cmd_unpack(args):
-    """status.json -> INTO/<item>.status.json; every <run>.tar.gz -> INTO/runs/<run>/ and out/reproduce/gpu/runs/<run>/
-    (for reproduce.py --render --goal); every other file -> INTO/. Nothing already there is overwritten. Everything is
-    unpacked into temporary folders beside those places first (fileio.temporary_folder) and moved in only when every
-    file and pack came out whole: a damaged status.json or pack (cut short, not a tar), or a name from them that could
-    write outside INTO (an "item" or member with '/' or '..', a link) is one line and leaves nothing."""
-    src, into = os.path.abspath(args.files), os.path.abspath(args.into)
-    runs_here = os.path.join(os.path.abspath(args.work), REPRO_OUT, 'gpu', 'runs')
-    status_path = os.path.join(src, 'status.json')
-    if not os.path.isfile(status_path):
-        raise QueueError(f"{src} holds no status.json: give the folder a device call's files came back to")
+    """A window's files into --into and out/reproduce/gpu/runs/ (harness/device_files.py unpack, which says why)."""
+    into, runs_here = os.path.abspath(args.into), os.path.join(os.path.abspath(args.work), REPRO_OUT, 'gpu', 'runs')
     try:
-        with open(status_path) as f:
-            status = json.load(f)
-        if not isinstance(status, dict):
-            raise ValueError('not a JSON object')
-    except (OSError, ValueError) as e:   # a file cut short on the way back
-        raise QueueError(f"{status_path} cannot be read ({e}): the call's files came back damaged; nothing was "
-                         f"unpacked: bring them back again") from None
-    try:
-        check_output(into, '--into', folder=True)
-    except ValueError as e:
+        targets, packs, left_out = unpack(os.path.abspath(args.files), into, runs_here, 'gpu_queue.py')
+    except UnpackError as e:
         raise QueueError(str(e)) from None
-    item = status.get('item', 'item')
-    if not plain_name(item):   # the name of a file written into --into: no folder, no '..', no absolute path
-        raise QueueError(f"{status_path}: \"item\": {json.dumps(item)[:80]} is no queue item's name (letters, digits,"
-                         f" _ . -): it could name a file outside {into}; nothing was unpacked")
-    targets = {'status.json': f"{item}.status.json"}
-    packs = sorted(f for f in os.listdir(src) if f.endswith('.tar.gz'))
-    for name in sorted(os.listdir(src)):
-        path = os.path.join(src, name)
-        if os.path.islink(path) or not os.path.isfile(path) or name in packs and not plain_name(name[:-7]):
-            raise QueueError(f"{path} is not what a device call brings back (a plain file; a pack named after its "
-                             f"run): a link, a folder or a pack of no run; nothing was unpacked")
-        if name not in targets and name not in packs:
-            targets[name] = name
-    clash = [os.path.join(into, t) for t in targets.values() if os.path.lexists(os.path.join(into, t))]
-    clash += [os.path.join(d, p[:-len('.tar.gz')]) for p in packs for d in (os.path.join(into, 'runs'), runs_here)
-              if os.path.lexists(os.path.join(d, p[:-len('.tar.gz')]))]
-    if clash:
-        raise QueueError(f"{clash[0]} exists: unpack into another --into folder (nothing was written)")
-    stages, made, done = {}, [], False
-    try:
-        for final in (into, runs_here):
-            parent = os.path.dirname(final)
-            while not os.path.exists(parent):   # the folders made here, removed again if nothing is unpacked
-                made.append(parent)
-                parent = os.path.dirname(parent)
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            stages[final] = temporary_folder(final, 'gpu_queue.py')
-        for name, target in targets.items():
-            shutil.copy(os.path.join(src, name), os.path.join(stages[into], target))
-        for pack in packs:
-            for dest in (os.path.join(stages[into], 'runs'), stages[runs_here]):
-                extract_pack(os.path.join(src, pack), pack[:-len('.tar.gz')], dest)
-        for final, stage in stages.items():   # every pack whole: now into their places
-            for entry in [e for e in os.listdir(stage) if e != MARK]:
-                parts = [os.path.join(entry, r) for r in os.listdir(os.path.join(stage, entry))] if entry == 'runs' \
-                    else [entry]
-                for part in parts:
-                    os.makedirs(os.path.dirname(os.path.join(final, part)), exist_ok=True)
-                    os.replace(os.path.join(stage, part), os.path.join(final, part))
-        done = True
-    except OSError as e:
-        raise QueueError(f"cannot unpack into {into} ({e.strerror}: {e.filename}): choose another --into") from None
-    finally:
-        for stage in stages.values():
-            shutil.rmtree(stage, ignore_errors=True)
-        for folder in [] if done else sorted(made, key=len, reverse=True):
-            with contextlib.suppress(OSError):   # only while empty
-                os.rmdir(folder)
     print(f"unpacked {len(targets)} file(s) and {len(packs)} pack(s) into {os.path.relpath(into, ROOT)}"
-          + (f"; runs also in {os.path.join(REPRO_OUT, 'gpu', 'runs')}" if packs else ''))
+          + (f"; runs also in {os.path.join(REPRO_OUT, 'gpu', 'runs')}" if packs else '')
+          + (f"; {len(left_out)} file(s) left out (the line(s) above)" if left_out else ''))
     return 0
-
-
-def plain_name(name):
-    """A name unpack may write under: one path component of letters, digits, _ . - that is not '.' or '..'."""
-    return isinstance(name, str) and name.strip('.') != '' and set(name) <= NAME_CHARS
-
-
-def extract_pack(path, run, dest):
-    """One row's pack (recipe.pack_run: members <run>/<file>) into dest/<run>/, read to its end: a pack cut short,
-    a file that is no gzipped tar, a member outside <run>/ (an absolute name, a '..' component), a member that is no
-    plain file or folder (a link, a device) or one tarfile's 'data' filter refuses is a one-line QueueError."""
-    import tarfile
-    import zlib
-    try:
-        with tarfile.open(path, 'r:gz') as tar:
-            members = tar.getmembers()   # reads the whole pack: a truncated one fails here
-            outside = [m.name for m in members if not m.name.startswith(run + '/') or not (m.isfile() or m.isdir())
-                       or not all(plain_name(part) for part in m.name[len(run) + 1:].split('/'))]
-            if outside:
-                raise QueueError(f"{path}: the member {outside[0]} lies outside {run}/ or is no file (a link, a device;"
-                                 f" not a pack of this queue); nothing was unpacked")
-            tar.extractall(dest, members=members, filter='data')
-    except (tarfile.TarError, EOFError, zlib.error) as e:
-        raise QueueError(f"{path} is damaged or not a pack ({type(e).__name__}: {e}); nothing was unpacked: bring the "
-                         f"call's files back again") from None
 
 
 def done_items():
@@ -691,9 +681,9 @@ def main(argv=None):
     try:
         return {'list': cmd_list, 'next': cmd_next, 'carry': cmd_carry, 'run': cmd_run,
                 'unpack': cmd_unpack}[args.command](args)
-    except QueueError as e:
+    except QueueError as e:   # a refusal: 2 (as argparse's); a step that failed: 1 (as reproduce.py's failed rows)
         print(f"gpu_queue: error: {e}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(e, StepFailed) else 2
 
 
 if __name__ == '__main__':

@@ -1,0 +1,221 @@
+"""The laptop scale of Table 5, the mitigations and the seed replicas (harness/recipe.py laptop_rows, reproduce.py),
+the claims its --goal prints (harness/claims.py), and the quantisation by bit width (eval_quant.py's coarse<b> and
+moderate<b>, the inputs' max / median): each against a hand calculation or the config files as train.py resolves
+them."""
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn as nn
+
+import eval_quant
+import reproduce
+from harness import claims, recipe
+
+
+def laptop_plan(tables, tmp_path, rows=()):
+    return {row.config: r for r in reproduce.plan(tables, reproduce.SCALES['laptop'], str(tmp_path), rows)
+            for _, row in r.rows}
+
+
+def differs(a, b):
+    return {k for k in a if k != 'out_dir' and a[k] != b[k]}
+
+
+# ----------------------------------------------------------------------------- the rows
+def test_table5_and_the_mitigations_train_each_row_at_the_laptop_setting_with_its_own_toggles(tmp_path):
+    """Every row of Table 5 and the mitigations is config/laptop/base.py but for what its config file changes
+    (biases, positions, normalisation, attention, optimiser), as train.py resolves it; rows equal to a Table 2 row
+    (Table 5's 7, 11, 12; the mitigations' 1, 2, 8, 10) are one run; RMSProp trains without weight decay."""
+    runs = laptop_plan(['table2', 'table5', 'mitigations', 'spread'], tmp_path)
+    base = reproduce.resolve('laptop/base', [])
+    assert differs(runs['table5/01_biases'].cfg, base) == {'bias', 'norm'}     # Table 5's base: LayerNorm
+    assert differs(runs['table5/04_pos_rotary'].cfg, base) == {'pos_emb', 'norm'}
+    assert differs(runs['table5/08_rmsprop'].cfg, base) == {'attn', 'optimizer', 'momentum', 'weight_decay'}
+    assert runs['table5/08_rmsprop'].cfg['weight_decay'] == 0.0 and runs['table5/08_rmsprop'].cfg['momentum'] == 0.0
+    assert differs(runs['mitigations/09_muon'].cfg, base) == {'optimizer'}   # its muon_lr is the default's
+    assert differs(runs['mitigations/07_sink_token'].cfg, base) == {'sink_token'}
+    shared = {'table5/07_rmsnorm_s': 'table2/gpt2_60m_s1', 'table5/11_orthoadam': 'table2/gpt2_60m_s1oa',
+              'table5/12_orthoadam_softmax': 'table2/gpt2_60m_oa', 'mitigations/01_vanilla': 'table2/gpt2_60m_vanilla',
+              'mitigations/08_orthoadam': 'table2/gpt2_60m_oa', 'mitigations/10_softmax1_orthoadam':
+              'table2/gpt2_60m_s1oa', 'laptop/base': 'table2/gpt2_60m_vanilla',
+              'laptop/seeds/s1oa': 'table2/gpt2_60m_s1oa'}
+    for row, other in shared.items():
+        assert runs[row] is runs[other], row
+    assert differs(runs['laptop/seeds/vanilla_seed2'].cfg, base) == {'seed'}
+    assert differs(runs['laptop/seeds/s1oa_seed2'].cfg, base) == {'seed', 'attn', 'optimizer'}
+    distinct = {id(r) for r in runs.values()}
+    assert len(distinct) == 4 + 9 + 9 + 2 + (2 if recipe.LAPTOP_SGD_LR else 0)   # what the four tables train
+    for run in runs.values():   # no row on fewer tokens than the base's 4,000 x 16 x 256
+        c = run.cfg
+        assert c['max_iters'] * c['batch_size'] * c['block_size'] >= 4000 * 16 * 256 and c['dtype'] == 'float32'
+        assert run.quant   # every laptop row is quantised at every bit width of the figure
+    assert all(f'coarse{b}' in reproduce.SCALES['laptop'].quant_schemes for b in (4, 5, 6, 7))
+
+
+def test_the_sgd_rows_train_twice_the_steps_at_the_pilots_lr(tmp_path, monkeypatch):
+    """Table 5's rows 9 and 10 at LAPTOP_SGD_STEPS x the base's steps, at the LR their momentum's pilot chose (cosine to
+    a tenth), no weight decay; before the pilot has chosen, they are left out (not run at a guessed LR)."""
+    monkeypatch.setattr(recipe, 'LAPTOP_SGD_LR', None)
+    assert 'table5/09_sgd_momentum' not in laptop_plan(['table5'], tmp_path)
+    monkeypatch.setattr(recipe, 'LAPTOP_SGD_LR', {0.9: 0.05, 0.0: 0.5})
+    runs = laptop_plan(['table5'], tmp_path)
+    for row, momentum, lr in (('table5/09_sgd_momentum', 0.9, 0.05), ('table5/10_sgd', 0.0, 0.5)):
+        c = runs[row].cfg
+        assert (c['optimizer'], c['momentum'], c['learning_rate'], c['min_lr']) == ('sgd', momentum, lr, lr / 10)
+        assert (c['max_iters'], c['warmup_iters'], c['weight_decay']) == (2 * 4000, 100, 0.0)
+
+
+def test_table5_at_the_laptop_scale_brings_its_spread_rows(tmp_path, capsys):
+    reproduce.main(['table5', '--scale', 'laptop', '--dry_run', '--out', str(tmp_path)])
+    out = capsys.readouterr()
+    assert "trains the spread table's seed replicas too" in out.err
+    assert '# laptop-seeds-vanilla_seed2 (todo) train' in out.out and '# laptop-seeds-s1oa_seed2 (todo) train' in out.out
+
+
+# ----------------------------------------------------------------------------- the claims
+def test_the_spread_is_the_largest_ratio_between_seeds():
+    pairs = [({'kurtosis_first': 30.0, 'ppl': 3.0}, {'kurtosis_first': 24.0, 'ppl': 3.03}),
+             ({'kurtosis_first': 3.1, 'ppl': 3.1}, {'kurtosis_first': 3.0, 'ppl': None})]
+    f = claims.spread(pairs)
+    assert f['kurtosis_first'] == pytest.approx(30 / 24) and f['ppl'] == pytest.approx(3.03 / 3.0)
+    assert f['first_attn_argmax'] is None
+
+
+def rows(**overrides):
+    """Table 5's rows where every claim holds: (κ_first, %First Attn) per row."""
+    kf = {1: 30, 2: 31, 3: 25, 4: 40, 5: 20, 6: 18, 7: 23, 8: 12, 9: 4, 10: 3.5, 11: 3.1, 12: 3.0, 13: 12.0, 14: 11.0}
+    fa = {n: 0.2 for n in kf} | {5: 0.09, 11: 0.08, 12: 0.21}
+    out = {n: {'kurtosis_first': kf[n], 'first_attn_argmax': fa[n], 'kurtosis_rest': 3.0} for n in kf}
+    for key, value in overrides.items():
+        n, metric = key.split('_', 1)
+        out[int(n[1:])][metric] = value
+    return out
+
+
+@pytest.mark.parametrize('change, failing', [
+    ({}, None), ({'r3_kurtosis_first': 14.9}, '(a)'), ({'r4_first_attn_argmax': 0.14}, '(a)'),
+    ({'r5_first_attn_argmax': 0.101}, '(b)'), ({'r6_kurtosis_first': 9.9}, '(c)'), ({'r8_kurtosis_first': 9}, '(d)'),
+    ({'r10_kurtosis_first': 5.1}, '(d)'), ({'r11_kurtosis_first': 5.2}, '(e)'), ({'r12_first_attn_argmax': 0.15}, '(f)'),
+    ({'r14_kurtosis_first': 6.0}, '(g)')])
+def test_each_table5_claim_fails_exactly_where_its_threshold_is_crossed(change, failing):
+    """Thresholds by hand: (b) 0.101 / 0.2 > 1/2; (e) 5.2 > 5 (and (g) still 11 / 5.2 = 2.1 >= 2); (f) 0.15 / 0.08 =
+    1.875 < 2; (g) 6.0 / 3.1 = 1.94 < 2."""
+    lines, verdict = claims.claim_lines(claims.table5_claims(rows(**change)), 'table5 claims')
+    failed = [line.split(': ', 1)[1][:3] for line in lines[:-1] if line.startswith('not met')]
+    assert failed == ([] if failing is None else [failing]) and verdict is (failing is None)
+    assert lines[-2].startswith("measured (not a claim): the other tokens' kurtosis")
+
+
+def test_a_claim_says_whether_the_difference_exceeds_the_seeds_spread():
+    spread = {'kurtosis_first': 1.3, 'first_attn_argmax': 3.0}
+    text = dict((t[:3], t) for t, _ in claims.table5_claims(rows(), spread))
+    assert "0.09 / 0.2 = 0.45 (beyond the seeds' spread ×3.00)" not in text['(b)']
+    assert "(WITHIN the seeds' spread ×3.00)" in text['(b)']            # 0.2 / 0.09 = 2.2 < 3
+    assert "row 13 12 / 3.1 = 3.87 (beyond the seeds' spread ×1.30)" in text['(g)']
+    assert "row 9 4 (within the seeds' spread of the threshold)" not in text['(d)']
+    assert "4 (within the seeds' spread of the threshold)" in text['(d)']   # 4 x 1.3 = 5.2 > 5
+    missing = claims.table5_claims({n: r for n, r in rows().items() if n != 13})
+    assert dict((t[:3], ok) for t, ok in missing)['(g)'] is None
+
+
+def quant(full, deltas, ratio=None):
+    """An eval_quant.py model entry: Δ per bit width for coarse (moderate at half), coarse8 as 'coarse'."""
+    ppl, delta = {'full': full}, {}
+    for b, d in deltas.items():
+        for family, dd in (('coarse', d), ('moderate', d / 2)):
+            name = family if b == 8 else f'{family}{b}'
+            ppl[name], delta[name] = full + dd, dd
+    return {'ppl': ppl, 'delta': delta, 'inputs': {'max_over_median_max': ratio, 'layer': 'h.0.mlp.c_proj',
+                                                   'max_over_median_mean': ratio}}
+
+
+def test_quantisation_separates_the_models_where_the_ratio_and_the_budget_both_hold():
+    """coarse4: 0.9 / 0.2 = 4.5 >= 3 and 0.2 / 3.1 = 6.5% > 5%: not met; coarse5: 0.5 / 0.1 = 5, 3.2%: met;
+    coarse6: 0.1 / 0.05 = 2: not; 8 bits: 0.01 / max(0.001, 0.01 floor) = 1: not. Moderate halves both Δs:
+    moderate4 4.5 and 3.2%: met."""
+    v = quant(3.0, {4: 0.9, 5: 0.5, 6: 0.1, 7: 0.05, 8: 0.01})
+    s = quant(3.1, {4: 0.2, 5: 0.1, 6: 0.05, 7: 0.02, 8: 0.001})
+    lines, verdict = claims.quant_separation(v, s)
+    assert verdict is True and lines[-1].endswith('met at coarse5, moderate4, moderate5')
+    assert 'coarse4: Δ vanilla +0.900, Δ s1+OA +0.200 (6.5% of its 3.100), ratio 4.50: does not separate' in lines
+    assert 'coarse8: Δ vanilla +0.010, Δ s1+OA +0.001 (0.0% of its 3.100), ratio 1.00: does not separate' in lines
+    lines, verdict = claims.quant_separation(quant(3.0, {8: 0.01}), s)
+    assert verdict is False and 'coarse4: not measured' in lines and lines[-1].endswith('not met at any width')
+    assert claims.quant_separation(None, s)[1] is None
+
+
+def test_the_bits_table_lists_each_width_and_the_inputs_ratio():
+    md, doc = claims.bits_table([('vanilla', quant(3.0, {4: 0.9, 5: 0.5, 6: 0.1, 7: 0.05, 8: 0.01}, ratio=61.04))])
+    header, _, row = md.splitlines()
+    assert header.startswith('| row | full | coarse8 Δ | coarse7 Δ |') and 'max/median (largest layer)' in header
+    assert row == ('| vanilla | 3.000 | +0.010 | +0.050 | +0.100 | +0.500 | +0.900 | +0.005 | +0.025 | +0.050 | +0.250 '
+                   '| +0.450 | 61.0 (h.0.mlp.c_proj) | 61.0 |')
+    assert doc[0]['delta']['coarse8'] == 0.01 and doc[0]['max_over_median_layer'] == 'h.0.mlp.c_proj'
+
+
+# ----------------------------------------------------------------------------- eval_quant.py at fewer bits
+def test_coarse_at_b_bits_is_absmax_per_tensor_with_2_to_the_b_minus_1_levels():
+    """coarse4 on a weight: one scale max|w| / 7, codes in -7..7; its input and output quantisers the same on
+    activations; coarse8 is coarse; moderate<b> leaves the output alone."""
+    w = torch.tensor([[0.7, -0.35, 0.1], [0.0, 0.2, -0.05]])
+    fn, _ = eval_quant.parse_scheme('coarse4')
+    q = w.clone()
+    q_in, q_out = fn(q)
+    step = 0.7 / 7
+    assert torch.allclose(q, torch.round(w / step) * step)
+    assert set(torch.round(q / step).flatten().tolist()) <= set(range(-7, 8))
+    x = torch.tensor([[[1.0, 0.26, -0.04]]])
+    assert torch.allclose(q_in(x), torch.tensor([[[1.0, 2 / 7, 0.0]]]))
+    assert q_out is not None and eval_quant.parse_scheme('moderate5')[0](w.clone())[1] is None
+    w8, c8 = w.clone(), w.clone()
+    eval_quant.parse_scheme('coarse8')[0](w8)
+    eval_quant.coarse(c8)
+    assert torch.equal(w8, c8)
+    for bad in ('coarse1', 'coarse9', 'moderate12'):
+        with pytest.raises(ValueError, match='use 2 to 8 bits'):
+            eval_quant.parse_scheme(bad)
+
+
+def test_the_inputs_max_over_median_is_measured_on_each_layers_real_tokens():
+    """Two layers; one forward of a (1, 3, 4) batch whose last token is padding: the first layer's input |x| over the
+    two real tokens is {1, 2, 3, 4, 0.5, 0.5, 0.5, 8}, sorted 0.5 0.5 0.5 1 2 3 4 8: max 8, median 1 (torch's lower
+    median, the 4th of 8), ratio 8; the padding's 100 does not count."""
+    model = nn.Sequential(nn.Linear(4, 4, bias=False), nn.Linear(4, 2, bias=False))
+    layers = [('0', model[0]), ('1', model[1])]
+    x = torch.tensor([[[1.0, -2.0, 3.0, 4.0], [0.5, -0.5, 0.5, -8.0], [100.0, 0.0, 0.0, 0.0]]])
+    batch, stats = {'valid': torch.tensor([[True, True, False]])}, {}
+    with eval_quant.input_statistics(layers, batch, stats):
+        model(x)
+    summary = eval_quant.input_summary(stats)
+    first = summary['per_layer']['0']
+    assert (first['max_abs'], first['median_abs'], first['max_over_median']) == (8.0, 1.0, 8.0)
+    second = summary['per_layer']['1']['max_over_median']
+    assert summary['max_over_median_max'] == max(8.0, second) and summary['layer'] == ('0' if second < 8 else '1')
+    assert summary['max_over_median_mean'] == pytest.approx((8.0 + second) / 2)
+    assert not model[0]._forward_pre_hooks   # the hooks are gone after the block
+
+
+# ----------------------------------------------------------------------------- measurements of changed data
+def test_a_measurement_of_a_val_split_that_changed_is_measured_again(tmp_path, monkeypatch, capsys):
+    run = SimpleNamespace(name='r', quant=True, cfg={'out_dir': str(tmp_path), 'dataset': 'x'})
+    scale = reproduce.SCALES['laptop']
+    (tmp_path / 'analysis.json').write_text(json.dumps({'data': {'val_sha256': 'a' * 64}}))
+    quant_file = {'schemes': list(scale.quant_schemes), 'models': [{'data': {'val_sha256': 'a' * 64}}]}
+    (tmp_path / 'quant.json').write_text(json.dumps(quant_file))
+    monkeypatch.setattr(reproduce, 'data_val_sha256', lambda r: 'a' * 64)
+    assert reproduce.to_measure(run, scale) == {} and reproduce.status(run, scale) == 'done'
+    monkeypatch.setattr(reproduce, 'data_val_sha256', lambda r: 'b' * 64)
+    stale = reproduce.to_measure(run, scale, say=True)
+    assert set(stale) == {'analyze', 'quant'} and 'the data\'s is now bbbbbbbbbbbb' in stale['analyze']
+    assert "r: analysis.json measured a val split of sha256 aaaaaaaaaaaa" in capsys.readouterr().err
+    monkeypatch.setattr(reproduce, 'data_val_sha256', lambda r: 'a' * 64)
+    quant_file['schemes'] = ['coarse', 'moderate', 'fine', 'zeropoint4']   # an older quant.json: no bit widths
+    (tmp_path / 'quant.json').write_text(json.dumps(quant_file))
+    assert reproduce.to_measure(run, scale)['quant'].startswith('quant.json lacks coarse4, coarse5')
+    (tmp_path / 'analysis.json').write_text('{"cut')
+    assert reproduce.to_measure(run, scale)['analyze'] == 'analysis.json cannot be read'
+    os.remove(tmp_path / 'quant.json')
+    assert reproduce.to_measure(run, scale)['quant'] == 'missing'
