@@ -282,6 +282,7 @@ def block_params(cfg):
 
 
 CPU_FLOPS = 100e9   # more than a laptop's cores sustain in training, so a time from it is a lower bound
+CPU_HOUR = 3600     # the paper and gpu scales refuse to start rows whose lower bound on a CPU is more than this
 
 
 def cpu_bound(run):
@@ -570,9 +571,9 @@ def main(argv=None):
                     print(f"# {run.name} ({state}) {step}\n{' '.join(cmd)}")
             return
         failures = []
-        if not args.render and args.scale in ('paper', 'gpu') and not args.allow_cpu and not _cuda():
-            todo = [r for r in runs if status(r, scale) == 'todo']
-            est = {r.name: cpu_bound(r) for r in todo}
+        todo = [r for r in runs if status(r, scale) == 'todo'] if args.scale in ('paper', 'gpu') else []
+        est = {r.name: cpu_bound(r) for r in todo}   # rows sized for a CPU (the main job's) run at any scale
+        if not args.render and sum(sec for _, sec in est.values()) > CPU_HOUR and not args.allow_cpu and not _cuda():
             print('\n'.join(f"  {name}: {tokens / 1e6:,.0f} M tokens, at least {span(sec)} on this CPU"
                              for name, (tokens, sec) in est.items()), file=sys.stderr)
             total = sum(sec for _, sec in est.values())
@@ -601,6 +602,9 @@ def main(argv=None):
             drawn += [report.draw_bb_dynamics(name, runs, out)] if name in ('bb', 'bb_pilots') else []
             figures += [p for p in drawn if p]
             print(md + '\n')
+            if name == 'main' and (line := report.main_summary(runs)):   # the main job's point, in one sentence
+                print(f"{line}\nfigure: {os.path.relpath(drawn[0]) if drawn[0] else 'none yet'} (kurtosis and "
+                      f"first-token attention of both runs over training)\n")
         print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "
               f"in {duration(time.time() - t0)}", file=sys.stderr)
         files = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures

@@ -167,14 +167,15 @@ TRAJECTORY_PANELS = [
 LINE_NAMES = {'-o': 'solid', '--': 'dashed', ':': 'dotted'}
 
 
-def plot_trajectories(runs, path):
+def plot_trajectories(runs, path, panels=None):
     """Outlier dynamics: every probe of each run's log.jsonl (train.py's probe_docs at evaluations, and every
     probe_interval iterations between them; runs.read_probes) against the tokens seen, one colour per run, in the
     panels of TRAJECTORY_PANELS: kurtosis and max |activation| of the first token (solid) and of the other tokens
     (dashed), first-token attention (argmax share solid, mass dashed), the attention mass on the first token beside
     the mass that went nowhere, the residual-state peak, the first token's norms, the value drain, the rows' sums.
     A probe of an older log without a key leaves a gap. A log y-axis where a panel's values span more than a factor
-    of 10. Runs without probes are left out; returns None when none has one."""
+    of 10. panels: a subset of TRAJECTORY_PANELS (the main job draws the first three, in one row). Runs without
+    probes are left out; returns None when none has one."""
     plt = _pyplot()
     from matplotlib.ticker import EngFormatter
     curves = [(label, read_probes(log)) for label, log in runs]
@@ -182,9 +183,12 @@ def plot_trajectories(runs, path):
     if not curves:
         return None
     colors = [f'C{i}' for i in range(10)] if len(curves) <= 10 else list(plt.cm.tab20.colors)
-    fig, axes = plt.subplots(2, 4, figsize=(22, 9.2), layout='constrained')
+    panels = panels or TRAJECTORY_PANELS
+    rows = 1 if len(panels) <= 4 else 2
+    cols = math.ceil(len(panels) / rows)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.6 * rows), layout='constrained', squeeze=False)
     axes = list(axes.flat)
-    for ax, (title, lines) in zip(axes, TRAJECTORY_PANELS):
+    for ax, (title, lines) in zip(axes, panels):
         for i, (label, evals) in enumerate(curves):
             x = [e['tokens'] for e in evals]
             for n, (key, style, _) in enumerate(lines):

@@ -179,7 +179,7 @@ def pack_runs(run_dirs, folder, extra=()):
 
 # ----------------------------------------------------------------------------- the laptop scale
 LAPTOP_BASE, LAPTOP_OF = 'laptop/base', 'table2/gpt2_60m_vanilla'   # config/<...>.py
-LAPTOP_AS_WRITTEN = ('bb', 'bb_pilots', 'laptop_pilots', 'spread')   # tables whose configs are laptop-sized already
+LAPTOP_AS_WRITTEN = ('main', 'bb', 'bb_pilots', 'laptop_pilots', 'spread')   # tables whose configs are laptop-sized already
 
 
 @functools.lru_cache(maxsize=1)

@@ -103,7 +103,8 @@ def draw_trajectories(name, runs, out):
             ordered.append(run)
     logs = [(run.name, os.path.join(run.cfg['out_dir'], 'log.jsonl')) for run in ordered]
     logs = [(label, log) for label, log in logs if os.path.isfile(log)]
-    return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png')) if logs else None
+    panels = plots.TRAJECTORY_PANELS[:3] if name == 'main' else None   # the main job: kurtosis, max |x|, attention
+    return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png'), panels) if logs else None
 
 
 def draw_bits(name, runs, out, scale_name):
@@ -157,7 +158,11 @@ def goal(runs, scale_name, tables):
         for _, row in run.rows:
             found.setdefault(row.config, read_results(run.cfg['out_dir']))
     laptop, ok = scale_name == 'laptop', True
-    if {'table2', 'table3'} & set(tables) or not (laptop and 'table5' in tables):
+    if 'main' in tables:
+        lines, met = goal_text(main_goal(runs), 'main job goal')
+        print('\n'.join(lines))
+        ok = met and ok
+    if {'table2', 'table3'} & set(tables) or not (laptop and 'table5' in tables or 'main' in tables):
         ok = pair_goal(found, laptop, 'table3' in tables) and ok
     if laptop and 'table5' in tables:
         pairs = [(found.get(a, {}).get('analysis'), found.get(b, {}).get('analysis')) for a, b in (
@@ -168,6 +173,43 @@ def goal(runs, scale_name, tables):
         print('\n'.join(lines + claim))
         ok = met and ok
     return ok
+
+
+MAIN_RATIO, MAIN_PPL = 3.0, 0.03   # the main job's goal: vanilla's first-token kurtosis >= 3x the fixed model's,
+# at perplexities within 3% of each other
+
+
+def main_pair(runs):
+    """The main job's two results (analysis.json of config/main_vanilla.py and config/main.py), None where missing."""
+    found = {row.config: read_results(run.cfg['out_dir']).get('analysis') for run in runs for t, row in run.rows
+             if t == 'main'}
+    return found.get('main_vanilla'), found.get('main')
+
+
+def main_summary(runs):
+    """The sentence the main job ends with: the first token's kurtosis of both models side by side, with their
+    perplexities; None while either is not measured."""
+    v, s = main_pair(runs)
+    kv, ks = get(v or {}, 'kurtosis_first'), get(s or {}, 'kurtosis_first')
+    pv, ps = get(v or {}, 'ppl'), get(s or {}, 'ppl')
+    if None in (kv, ks, pv, ps):
+        return None
+    same = abs(ps / pv - 1) <= MAIN_PPL
+    return (f"vanilla's first token: kurtosis {kv:.1f} (a Gaussian's is 3); with softmax-1 + OrthoAdam {ks:.1f}, "
+            f"{kv / ks:.1f}x less, at {'the same' if same else 'another'} perplexity ({pv:.3f} and {ps:.3f}, "
+            f"{ps / pv - 1:+.1%})")
+
+
+def main_goal(runs):
+    """[(criterion, value, ok)] of the main job's goal (recipe.goal_text prints them)."""
+    v, s = main_pair(runs)
+    kv, ks = get(v or {}, 'kurtosis_first'), get(s or {}, 'kurtosis_first')
+    pv, ps = get(v or {}, 'ppl'), get(s or {}, 'ppl')
+    ratio = None if None in (kv, ks) or not ks else kv / ks
+    gap = None if None in (pv, ps) or not pv else abs(ps / pv - 1)
+    return [(f'vanilla E_m kurtosis first >= {MAIN_RATIO:g}x s1+OA (ratio)', ratio,
+             None if ratio is None else ratio >= MAIN_RATIO),
+            (f'perplexities within {MAIN_PPL:.0%} (|s1+OA / vanilla - 1|)', gap, None if gap is None else gap <= MAIN_PPL)]
 
 
 def pair_goal(found, laptop, quant):
