@@ -357,6 +357,15 @@ def to_measure(run, scale: Scale, say=False):
     return out
 
 
+def warn_stale(runs, scale: Scale):
+    """--render: a line for each measurement rendered as it is though out of date (to_measure's reasons)."""
+    for run in runs:
+        for step, why in to_measure(run, scale).items():
+            if why != 'missing':
+                print(f"warning: {run.name}: {why}; its cells are the old measurement's: run the same command "
+                      f"without --render to {step} it again", file=sys.stderr)
+
+
 FSDP_FROM_PARAMS = 1e9   # --nproc > 1: rows with at least this many block parameters train with fsdp=True
 
 
@@ -584,12 +593,8 @@ def main(argv=None):
         if not args.render:
             ensure_data(runs)
             failures = run_all(runs, scale, args.nproc, args.jobs, Chain(args.job_minutes, args.max_jobs))
-        else:   # what is rendered as it is, though out of date, is said
-            for run in runs:
-                for step, why in to_measure(run, scale).items():
-                    if why != 'missing':
-                        print(f"warning: {run.name}: {why}; its cells are the old measurement's: run the same "
-                              f"command without --render to {step} it again", file=sys.stderr)
+        else:
+            warn_stale(runs, scale)
         figures = []
         for name in args.tables:
             md, doc = report.render(name, runs, args.scale, scale, out)
