@@ -112,7 +112,7 @@ evaluation (probe_docs > 0: the summary metrics above on the first probe_docs va
 against the tokens seen, one line per run.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import os

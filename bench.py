@@ -52,7 +52,7 @@ ratio is null when its section did not run. The file is rewritten after every se
 run stopped at a time limit keeps what it measured.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import contextlib

@@ -16,7 +16,7 @@ file (--archive, else data/corpus-archive.jsonl.xz). Artifacts live in --cache (
 $CORPUS_CACHE). Errors are one line `error: ...`.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import shutil

@@ -50,16 +50,17 @@ Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdo
 spec), "label", "kind" ("ours" | "hf"), "config" (as analyze.py: model_args or HF config, n_params, optimizer,
 ...), "quantised_layers": [module names], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
 "seconds": {"full", <scheme>}, "inputs": {"per_layer": {name: {"max_abs", "median_abs",
-"max_over_median"}}, "max_over_median_max", "layer" (the layer of that maximum), "max_over_median_mean"} (each
-quantised layer's input in the full-precision pass: the largest and the median |x| over a batch's real tokens, and
-their ratio, means over the batches; what a per-tensor scale spans), "data": {"dir", "val_sha256", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
+"max_over_median"}}, "max_over_median_max", "layer" (the layer of that maximum), "max_over_median_mean", "residual":
+{the same three over the layers that read the normalised residual stream: RESIDUAL_READERS}} (each quantised layer's
+input in the full-precision pass: the largest and the median |x| over a batch's real tokens, and their ratio, means
+over the batches; what a per-tensor scale spans), "data": {"dir", "val_sha256", "tokenizer", "stand_in_for_c4", "max_docs", "documents",
 "predicted_tokens", "block_size", "batch_size", "bos"}}], "provenance": harness/provenance.py's record}; paths are
 relative to the working directory (no absolute path); a perplexity that is not finite is null. It is
 rewritten after each model; its folder is created before the first model runs. --table reads such files and
 prints one Markdown table, a row per model.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import json
@@ -293,16 +294,27 @@ def input_statistics(layers, batch, stats):
             h.remove()
 
 
+# the layers that read the normalised residual stream, where the hidden state's outlier channels enter a matmul:
+# attention's and the MLP's input projections (ours and GPT-2's c_attn, c_fc, c_gate; Llama's q/k/v, gate and up)
+RESIDUAL_READERS = ('c_attn', 'c_fc', 'c_gate', 'q_proj', 'k_proj', 'v_proj', 'gate_proj', 'up_proj')
+
+
 def input_summary(stats):
     """{'per_layer': {name: {max_abs, median_abs, max_over_median}} (means over the forward passes),
-    'max_over_median_max' and its 'layer', 'max_over_median_mean' (over layers)} of input_statistics' sums."""
+    'max_over_median_max' and its 'layer', 'max_over_median_mean' (over layers), and 'residual': the same three over
+    the RESIDUAL_READERS layers only} of input_statistics' sums. The other layers' inputs (the MLP's GELU output,
+    attention's output) have medians near 0, so their ratios run to thousands in any model."""
     per_layer = {name: {'max_abs': s['max_abs'] / s['n'], 'median_abs': s['median_abs'] / s['n'],
                         'max_over_median': s['max_over_median'] / s['n_ratio'] if s['n_ratio'] else None}
                  for name, s in stats.items() if s['n']}
-    ratios = {n: v['max_over_median'] for n, v in per_layer.items() if v['max_over_median'] is not None}
-    top = max(ratios, key=ratios.get) if ratios else None
-    return {'max_over_median_max': ratios[top] if top else None, 'layer': top,
-            'max_over_median_mean': sum(ratios.values()) / len(ratios) if ratios else None, 'per_layer': per_layer}
+
+    def summary(names):
+        ratios = {n: per_layer[n]['max_over_median'] for n in names if per_layer[n]['max_over_median'] is not None}
+        top = max(ratios, key=ratios.get) if ratios else None
+        return {'max_over_median_max': ratios[top] if top else None, 'layer': top,
+                'max_over_median_mean': sum(ratios.values()) / len(ratios) if ratios else None}
+    readers = [n for n in per_layer if n.rsplit('.', 1)[-1] in RESIDUAL_READERS]
+    return {**summary(per_layer), 'residual': summary(readers), 'per_layer': per_layer}
 
 
 def rows(batch, x):

@@ -38,7 +38,7 @@ nothing else is removed. An export whose .written-by lists no files (written bef
 move it away first.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import os

@@ -34,7 +34,7 @@ bench.py JSON files]}, "train": [{"variant", "val_loss", "val_ppl", "tokens_per_
 {"returncode", "wall_s"}}}). A part that has not run in --out is absent from the report.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import importlib.util

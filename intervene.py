@@ -44,7 +44,7 @@ per_layer lists, "delta_ppl" (ppl - ppl of none), "seconds"}}}]}; a non-finite n
 its folder is created before the first model runs.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import dataclasses

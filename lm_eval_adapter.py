@@ -29,7 +29,7 @@ tokenizers here encode but do not decode.
 --data, {"model", "data", "documents", "predicted_tokens", "nll", "ppl", "block_size", "prefix_token"}.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import json

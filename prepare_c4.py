@@ -99,7 +99,7 @@ most frequent characters as triggers, <s> (the separator) before every document 
 --val_docs (default 500) documents; meta.json adds "triggers" and "chars". reproduce.py's table bb trains on it.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import os

@@ -35,7 +35,7 @@ every run of the table against the tokens seen, one line per run) and <table>.js
 (relative to the table's folder), "labels": [...], "ours": {key: value or null}, "paper": {key: value}}]}.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import glob
@@ -258,10 +258,25 @@ def expected_seconds(run):
     return tokens / rate * (2 if c['attn'] in EAGER else 1) + RUN_OVERHEAD_S, tokens
 
 
-def describe(runs, scale: Scale):
-    """The data, tokens per run and (for scales that say) the expected wall time on one H100, printed first."""
+CPU_ROW_OVERHEAD_S = 300   # a laptop row's compilation, evaluations and probes, analyze.py and eval_quant.py's passes
+
+
+def describe(runs, scale: Scale, jobs=1):
+    """The data, tokens per run and (for scales that say) the expected wall time, printed first: on one H100, or on
+    the CPU at the scale's measured speed (eager attention at half of it), `jobs` rows at a time."""
     data = dict.fromkeys(r.cfg['dataset'] for r in runs)
     lines = [f"data: {', '.join(data_dir(d) for d in data)}"]
+    if scale.cpu_tokens_per_s:
+        from attention import EAGER
+        left = {r.name: (r.cfg['max_iters'] - run_state(r.cfg['out_dir'], r.cfg['max_iters'])['iter'])
+                * r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps'] * r.cfg['block_size'] for r in runs}
+        todo = [r for r in runs if status(r, scale) == 'todo']
+        secs = sum(left[r.name] / scale.cpu_tokens_per_s * (2 if r.cfg['attn'] in EAGER else 1) + CPU_ROW_OVERHEAD_S
+                   for r in todo)
+        lines.append(f"expected wall time: ~{duration(secs / max(1, min(jobs, len(todo) or 1)))} for the {len(todo)} "
+                     f"run(s) to do, {jobs} at a time ({sum(left[r.name] for r in todo) / 1e6:,.1f} M tokens at "
+                     f"{scale.cpu_tokens_per_s:,.0f} tokens/s a row, eager attention at half that, as measured on a "
+                     f"2-core Xeon without bf16 units; +{CPU_ROW_OVERHEAD_S} s a row)")
     if not scale.expected:
         return lines
     try:
@@ -570,7 +585,7 @@ def main(argv=None):
             print("table5 at the laptop scale trains the spread table's seed replicas too", file=sys.stderr)
         args.tables = list(dict.fromkeys(args.tables))
         runs = plan(args.tables, scale, out, args.rows, args.dataset)
-        print('\n'.join(describe(runs, scale)), file=sys.stderr, flush=True)
+        print('\n'.join(describe(runs, scale, args.jobs)), file=sys.stderr, flush=True)
         if args.dry_run:
             ensure_data(runs, dry_run=True)   # says which data is missing, prepares nothing
             for run in runs:

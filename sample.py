@@ -23,7 +23,7 @@ them at every step. --temperature 0 is greedy decoding (argmax); otherwise each 
 softmax(logits / temperature) over the --top_k most likely tokens (0 = all).
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import os

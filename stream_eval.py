@@ -47,7 +47,7 @@ ppl_sliding is over the tokens at positions >= sliding_from = W + max(k) + 1, wh
 window slide (reference_sliding: the reference over the same tokens).
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import argparse
 import math

@@ -18,7 +18,7 @@ docs/guarantees.md lists what a run promises. Read top to bottom: train() is the
 data, model, optimizer, loop), training_loop() the loop, each of its steps a function below it.
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import contextlib
 import glob

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)   # the repository: this file is docs/front_figure.py (not the working directory)
 sys.path.insert(0, ROOT)
 from harness.entry import early_exit_on_signal  # noqa: E402   first: a signal while the rest loads is one line
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import numpy as np  # noqa: E402
 

@@ -16,7 +16,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository: this file is docs/probe_cost.py
 sys.path.insert(0, ROOT)
 from harness.entry import early_exit_on_signal  # noqa: E402   first: a signal while torch loads is one line
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 import torch  # noqa: E402
 

@@ -5,8 +5,9 @@
     if __name__ == '__main__':
         run_script(main)             # main(*args) returns an exit code or None, or raises SystemExit
 
-A script's first statements are `from harness.entry import early_exit_on_signal` and `early_exit_on_signal()`,
-before it imports torch: from then until run_script takes over, SIGINT and SIGTERM end it at once with the same line
+A script's first statements are `from harness.entry import early_exit_on_signal` and
+`early_exit_on_signal(__name__)`, before it imports torch (an import of the script, by a test or a tool, changes no
+handler): from then until run_script takes over, SIGINT and SIGTERM end it at once with the same line
 and exit code (there is nothing to clean up yet), where Python would print KeyboardInterrupt's traceback (or SIGTERM
 kill it with no line). After run_script has ended, a late signal (torchrun's SIGTERM to a rank that is already
 exiting) is ignored.
@@ -49,7 +50,7 @@ GRACE_S = 60          # how long a child a signal stopped may take to end: train
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _children = []        # every process start_child() started that may still run
 _lock = threading.RLock()   # start_child() in a worker thread against the signal handler in the main thread
-_state = {'owner': None, 'signal': None, 'ending': False, 'signalled': set(), 'ended': False}
+_state = {'owner': None, 'signal': None, 'ending': False, 'signalled': set(), 'ended': False, 'early': None}
 
 
 class Stopped(KeyboardInterrupt):
@@ -88,18 +89,28 @@ def stop_child(proc, signum=signal.SIGTERM, grace=GRACE_S):
         return proc.wait()
 
 
-def early_exit_on_signal():
-    """Call first in a script, before its heavy imports: until run_script installs its handler, SIGINT and SIGTERM
-    print `NAME: stopped by SIGINT` and end the process at once with 128 + N; after run_script has ended they are
-    ignored (the script is exiting with its own code). A signal ignored at launch (nohup, a background job) stays
-    ignored."""
-    _state['ended'] = False
+def early_exit_on_signal(module_name):
+    """Call first in a script, `early_exit_on_signal(__name__)`, before its heavy imports: when the module runs as
+    the script (__main__), until run_script installs its handler SIGINT and SIGTERM print `NAME: stopped by SIGINT`
+    and end the process at once with 128 + N; after run_script has ended they are ignored (the script is exiting with
+    its own code). An import of the module (a test's `import train`) changes nothing: the importing process keeps its
+    own handlers, and the processes it forks (a multiprocessing pool, whose terminate() is a SIGTERM) theirs. A signal
+    ignored at launch (nohup, a background job) stays ignored."""
+    if module_name != '__main__':
+        return
+    _state.update(ended=False, early=os.getpid())
     for s in SIGNALS:
         if signal.getsignal(s) is not signal.SIG_IGN:
             signal.signal(s, _early_signal)
 
 
 def _early_signal(signum, _frame):
+    if os.getpid() != _state['early']:   # a forked child (a pool's worker) that kept the handler: Python's default
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     if _state['ended']:
         return
     _say(f"{os.path.basename(sys.argv[0]) or 'python'}: stopped by {signal.Signals(signum).name}")

@@ -51,11 +51,14 @@ def wiring_problems(source):
             found.append("its `if __name__ == '__main__':` is not one call run_script(main, ...)")
         elif not imported:
             found.append("run_script is not harness.entry's")
-    guarded = False   # early_exit_on_signal() is called before anything but the standard library is imported
+    guarded = False   # early_exit_on_signal(__name__) comes before anything but the standard library is imported
     for n in tree.body:
         if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and \
                 getattr(n.value.func, 'id', None) == 'early_exit_on_signal':
             guarded = True
+            if [getattr(a, 'id', None) for a in n.value.args] != ['__name__']:
+                found.append(f"line {n.lineno}: early_exit_on_signal's argument is not __name__ (an import of the "
+                             f"script would change the importer's signal handlers)")
         names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ''] if isinstance(
             n, ast.ImportFrom) else []
         if not guarded and any(m.split('.')[0] not in sys.stdlib_module_names and m != 'harness.entry' for m in names):
@@ -79,9 +82,13 @@ def test_the_wiring_check_finds_each_way_a_script_can_miss_the_entry_point():
     good = ("from harness.entry import run_script\n\ndef main():\n    pass\n\n"
             "if __name__ == '__main__':\n    run_script(main)\n")
     assert wiring_problems(good) == []
-    guarded = "import os\nfrom harness.entry import early_exit_on_signal\nearly_exit_on_signal()\nimport torch\n" + good
+    guarded = ("import os\nfrom harness.entry import early_exit_on_signal\nearly_exit_on_signal(__name__)\n"
+               "import torch\n" + good)
     assert wiring_problems(guarded) == []
-    assert wiring_problems(guarded.replace('early_exit_on_signal()\n', '')) == [
+    assert wiring_problems(guarded.replace('(__name__)', '()')) == [
+        "line 3: early_exit_on_signal's argument is not __name__ (an import of the script would change the importer's "
+        "signal handlers)"]
+    assert wiring_problems(guarded.replace('early_exit_on_signal(__name__)\n', '')) == [
         "line 3: imports torch before early_exit_on_signal() (a signal while it loads would be a traceback)"]
     assert wiring_problems(good.replace('run_script(main)', 'main()')) == [
         "its `if __name__ == '__main__':` is not one call run_script(main, ...)"]
@@ -415,11 +422,36 @@ def test_after_the_script_has_ended_a_late_signal_is_ignored(capsys):
     the interpreter exits) neither prints nor ends the process a second time."""
     before = {s: signal.getsignal(s) for s in entry.SIGNALS}
     try:
-        entry.early_exit_on_signal()
+        entry.early_exit_on_signal('__main__')
         assert ends(lambda: 0) == 0
         assert signal.getsignal(signal.SIGTERM) is entry._early_signal
         os.kill(os.getpid(), signal.SIGTERM)
         assert capsys.readouterr().err == ''
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def test_importing_a_script_changes_no_handler_and_a_forked_worker_still_ends_on_sigterm():
+    """CI hung for 90 minutes: a test imported train.py, whose first statement installed the early handler in the
+    test process; once a run_script there had ended, that handler ignored SIGTERM, and so did the workers a later
+    test's multiprocessing pool forked, so pool.terminate() (a SIGTERM to each) waited forever. An import changes no
+    handler now, and a forked process that kept the early handler (the script's own pool) ends on SIGTERM."""
+    import multiprocessing
+    before = {s: signal.getsignal(s) for s in entry.SIGNALS}
+    entry.early_exit_on_signal('train')   # what `import train` runs
+    assert {s: signal.getsignal(s) for s in entry.SIGNALS} == before
+    try:
+        entry.early_exit_on_signal('__main__')
+        assert ends(lambda: 0) == 0 and signal.getsignal(signal.SIGTERM) is entry._early_signal   # the script ended
+        pool = multiprocessing.get_context('fork').Pool(1)
+        assert pool.apply(os.getpid) != os.getpid()   # the worker runs, with the early handler inherited
+        pool.apply_async(time.sleep, (120,))   # busy: only the SIGTERM of terminate() ends it
+        time.sleep(0.5)
+        done = threading.Thread(target=pool.terminate, daemon=True)
+        done.start()
+        done.join(timeout=30)
+        assert not done.is_alive(), "pool.terminate() hung: its worker ignored SIGTERM"
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)

@@ -54,7 +54,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from harness.entry import early_exit_on_signal   # noqa: E402  first: a signal while the rest loads is one line
-early_exit_on_signal()
+early_exit_on_signal(__name__)
 
 # library modules of the repository root (E402: imported once sys.path holds it)
 from harness.entry import run_script, start_child, stop_child, stopping   # noqa: E402
