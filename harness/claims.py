@@ -174,23 +174,27 @@ def claim_lines(results, name):
 
 def bits_table(rows):
     """(markdown, json rows) of where per-tensor quantisation breaks, one row per model: full-precision perplexity,
-    Δ under coarse<b> and moderate<b> at each of BITS, and the measured max|x| / median|x| of the quantised inputs
-    (the largest layer's, and the mean over layers). rows: [(label, eval_quant.py model entry)]."""
+    Δ under coarse<b> and moderate<b> at each of BITS, and the measured max|x| / median|x| of the quantised inputs:
+    the largest over the layers that read the normalised residual stream (eval_quant.RESIDUAL_READERS: where the
+    hidden state's outlier channels enter), and the largest over all layers (the MLP's GELU outputs, whose medians
+    are near 0, set it). rows: [(label, eval_quant.py model entry)]."""
     header = (['row', 'full'] + [f'{f}{b} Δ' for f in ('coarse', 'moderate') for b in reversed(BITS)]
-              + ['max/median (largest layer)', 'max/median (mean)'])
+              + ['max/median, residual readers (largest layer)', 'max/median, all layers (largest)'])
     lines, out = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join(' --- ' if i == 0 else ' ---: '
                                                                   for i in range(len(header))) + '|'], []
     for label, quant in rows:
         full = value((quant or {}).get('ppl', {}), 'full')
         curves = {f: quant_curve(quant, f) for f in ('coarse', 'moderate')}
         inputs = (quant or {}).get('inputs') or {}
-        high, mean = value(inputs, 'max_over_median_max'), value(inputs, 'max_over_median_mean')
+        residual = inputs.get('residual') or {}
+        high, everywhere = value(residual, 'max_over_median_max'), value(inputs, 'max_over_median_max')
         cells = [label, _fmt(full, '.3f')] + [_fmt(curves[f].get(b, (None,))[0], '+.3f') for f in ('coarse', 'moderate')
                                               for b in reversed(BITS)]
-        cells += [f"{_fmt(high, '.1f')}" + (f" ({inputs['layer']})" if inputs.get('layer') else ''), _fmt(mean, '.1f')]
+        cells += [f"{_fmt(high, '.1f')}" + (f" ({residual['layer']})" if residual.get('layer') else ''),
+                  _fmt(everywhere, ',.0f')]
         lines.append('| ' + ' | '.join(cells) + ' |')
         out.append({'label': label, 'full': full, 'delta': {f'{f}{b}': curves[f].get(b, (None,))[0]
                                                             for f in ('coarse', 'moderate') for b in BITS},
-                    'max_over_median_max': high, 'max_over_median_layer': inputs.get('layer'),
-                    'max_over_median_mean': mean})
+                    'residual_max_over_median': high, 'residual_layer': residual.get('layer'),
+                    'all_max_over_median': everywhere, 'all_layer': inputs.get('layer')})
     return '\n'.join(lines), out

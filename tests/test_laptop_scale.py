@@ -128,8 +128,8 @@ def quant(full, deltas, ratio=None):
         for family, dd in (('coarse', d), ('moderate', d / 2)):
             name = family if b == 8 else f'{family}{b}'
             ppl[name], delta[name] = full + dd, dd
-    return {'ppl': ppl, 'delta': delta, 'inputs': {'max_over_median_max': ratio, 'layer': 'h.0.mlp.c_proj',
-                                                   'max_over_median_mean': ratio}}
+    return {'ppl': ppl, 'delta': delta, 'inputs': {'max_over_median_max': 1e4, 'layer': 'h.0.mlp.c_proj',
+                                                   'residual': {'max_over_median_max': ratio, 'layer': 'h.0.mlp.c_fc'}}}
 
 
 def test_quantisation_separates_the_models_where_the_ratio_and_the_budget_both_hold():
@@ -150,10 +150,10 @@ def test_quantisation_separates_the_models_where_the_ratio_and_the_budget_both_h
 def test_the_bits_table_lists_each_width_and_the_inputs_ratio():
     md, doc = claims.bits_table([('vanilla', quant(3.0, {4: 0.9, 5: 0.5, 6: 0.1, 7: 0.05, 8: 0.01}, ratio=61.04))])
     header, _, row = md.splitlines()
-    assert header.startswith('| row | full | coarse8 Δ | coarse7 Δ |') and 'max/median (largest layer)' in header
+    assert header.startswith('| row | full | coarse8 Δ | coarse7 Δ |') and 'residual readers (largest layer)' in header
     assert row == ('| vanilla | 3.000 | +0.010 | +0.050 | +0.100 | +0.500 | +0.900 | +0.005 | +0.025 | +0.050 | +0.250 '
-                   '| +0.450 | 61.0 (h.0.mlp.c_proj) | 61.0 |')
-    assert doc[0]['delta']['coarse8'] == 0.01 and doc[0]['max_over_median_layer'] == 'h.0.mlp.c_proj'
+                   '| +0.450 | 61.0 (h.0.mlp.c_fc) | 10,000 |')
+    assert doc[0]['delta']['coarse8'] == 0.01 and doc[0]['residual_layer'] == 'h.0.mlp.c_fc'
 
 
 # ----------------------------------------------------------------------------- eval_quant.py at fewer bits
@@ -184,16 +184,18 @@ def test_the_inputs_max_over_median_is_measured_on_each_layers_real_tokens():
     two real tokens is {1, 2, 3, 4, 0.5, 0.5, 0.5, 8}, sorted 0.5 0.5 0.5 1 2 3 4 8: max 8, median 1 (torch's lower
     median, the 4th of 8), ratio 8; the padding's 100 does not count."""
     model = nn.Sequential(nn.Linear(4, 4, bias=False), nn.Linear(4, 2, bias=False))
-    layers = [('0', model[0]), ('1', model[1])]
+    layers = [('h.0.mlp.c_fc', model[0]), ('h.0.mlp.c_proj', model[1])]   # the first reads the residual stream
     x = torch.tensor([[[1.0, -2.0, 3.0, 4.0], [0.5, -0.5, 0.5, -8.0], [100.0, 0.0, 0.0, 0.0]]])
     batch, stats = {'valid': torch.tensor([[True, True, False]])}, {}
     with eval_quant.input_statistics(layers, batch, stats):
         model(x)
     summary = eval_quant.input_summary(stats)
-    first = summary['per_layer']['0']
+    assert summary['residual'] == {'max_over_median_max': 8.0, 'layer': 'h.0.mlp.c_fc', 'max_over_median_mean': 8.0}
+    first = summary['per_layer']['h.0.mlp.c_fc']
     assert (first['max_abs'], first['median_abs'], first['max_over_median']) == (8.0, 1.0, 8.0)
-    second = summary['per_layer']['1']['max_over_median']
-    assert summary['max_over_median_max'] == max(8.0, second) and summary['layer'] == ('0' if second < 8 else '1')
+    second = summary['per_layer']['h.0.mlp.c_proj']['max_over_median']
+    assert summary['max_over_median_max'] == max(8.0, second)
+    assert summary['layer'] == ('h.0.mlp.c_fc' if second < 8 else 'h.0.mlp.c_proj')
     assert summary['max_over_median_mean'] == pytest.approx((8.0 + second) / 2)
     assert not model[0]._forward_pre_hooks   # the hooks are gone after the block
 
