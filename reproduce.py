@@ -300,12 +300,21 @@ CPU_FLOPS = 100e9   # more than a laptop's cores sustain in training, so a time 
 CPU_HOUR = 3600     # the paper and gpu scales refuse to start rows whose lower bound on a CPU is more than this
 
 
+def vocab_size(dataset):
+    """The vocabulary of a run's data: its meta.json's once prepared, else 257 for a bytes dataset (by name: the
+    pinned corpus's *_bytes), else GPT-2's 50,257."""
+    try:
+        return int(load_meta(data_dir(dataset))['vocab_size'])
+    except Exception:   # not prepared yet (or unreadable: ensure_data says so later)
+        return 257 if str(dataset).endswith('_bytes') else 50257
+
+
 def cpu_bound(run):
     """(tokens, seconds at least) of a run on a CPU: 6 FLOPs per parameter and token at CPU_FLOPS, parameters
-    counted as 12 L d^2 for the blocks plus a GPT-2 vocabulary's embedding (the data may not be prepared yet)."""
+    counted as 12 L d^2 for the blocks plus the embedding of the data's vocabulary (vocab_size)."""
     c = run.cfg
     tokens = c['max_iters'] * c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size']
-    params = block_params(c) + 50257 * c['n_embd']
+    params = block_params(c) + vocab_size(c.get('dataset', '')) * c['n_embd']
     return tokens, 6 * params * tokens / CPU_FLOPS
 
 

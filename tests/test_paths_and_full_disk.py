@@ -400,6 +400,26 @@ def test_the_cpu_time_bound_by_hand():
                                    n_layer=2, n_embd=4))
     tokens, seconds = reproduce.cpu_bound(run)
     assert tokens == 160 and seconds == pytest.approx(6 * (12 * 2 * 16 + 50257 * 4) * 160 / 100e9)
+    run.cfg['dataset'] = 'pinned_cpu_bytes'   # not prepared here: a bytes dataset by its name, 257 symbols
+    assert reproduce.cpu_bound(run)[1] == pytest.approx(6 * (12 * 2 * 16 + 257 * 4) * 160 / 100e9)
+
+
+def test_the_main_job_is_not_refused_on_a_cpu(tmp_path, monkeypatch, capsys):
+    """`python reproduce.py main --jobs 2` on a fresh clone without a GPU was refused ("at least 1h05m here"): the
+    bound counted a GPT-2 vocabulary's embedding (12.9 M parameters) for a model of 3.2 M on bytes (257 symbols).
+    With the data's own vocabulary its bound is ~13 min, under the hour, and the rows start."""
+    monkeypatch.setattr(reproduce, '_cuda', lambda: False)
+    monkeypatch.setattr(reproduce, 'ensure_data', lambda runs, dry_run=False: None)
+    started = []
+
+    def run_all(runs, *a):
+        started.extend(r.name for r in runs)
+        raise KeyboardInterrupt   # the rows would start here: stop the test
+    monkeypatch.setattr(reproduce, 'run_all', run_all)
+    with pytest.raises((SystemExit, KeyboardInterrupt)) as e:
+        reproduce.main(['main', '--jobs', '2', '--out', str(tmp_path)])
+    assert 'no CUDA GPU' not in str(getattr(e.value, 'code', '')), e.value
+    assert sorted(started) == ['main', 'main_vanilla'], capsys.readouterr().err
     assert reproduce.span(3 * 86400) == '3 days' and reproduce.span(800 * 86400) == '2 years'
     assert reproduce.span(90) == '1m30s'
 
