@@ -632,8 +632,8 @@ def main(argv=None):
             figures += [p for p in drawn if p]
             print(md + '\n')
             if name == 'main' and (line := report.main_summary(runs)):   # the main job's point, in one sentence
-                print(f"{line}\nfigure: {os.path.relpath(drawn[0]) if drawn[0] else 'none yet'} (kurtosis and "
-                      f"first-token attention of both runs over training)\n")
+                print(f"{line}\nfigure: {os.path.relpath(drawn[0]) if drawn[0] else 'none yet'} (the first "
+                      f"token's kurtosis, largest activation and attention, both runs over training)\n")
         print(f"wrote {', '.join([os.path.join(out, n) + '.{md,json}' for n in args.tables] + figures)} "
               f"in {duration(time.time() - t0)}", file=sys.stderr)
         files = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures

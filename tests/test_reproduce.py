@@ -436,3 +436,31 @@ def test_pack_into_the_results_folder_is_refused(capsys, tmp_path):
     code, message, _ = exit_of(capsys, 'table5', '--scale', 'smoke', '--rows', '01_biases', '--out', str(out),
                                '--pack', str(out / 'smoke' / 'runs' / 'table5-01_biases'))
     assert code == 1 and 'is inside the results folder' in message and 'choose a folder outside it' in message
+
+
+def test_the_main_job_s_table_sentence_and_goal_from_its_two_results(tmp_path):
+    """The main job (reproduce.py main): its two rows as their configs say (no scale override, and the caption says
+    so, not the paper scale's C4 and batch 512), the sentence with the ratio and the perplexity gap by hand
+    (17.6 / 3.6 = 4.89; 7.193 / 7.349 - 1 = -2.1%), and the goal: met at ratio >= 3 and a gap <= 3%, not met beyond."""
+    from harness import sweep_report as report
+    runs = reproduce.plan(['main'], reproduce.SCALES['paper'], str(tmp_path), None)
+    assert sorted(r.config for r in runs) == ['main', 'main_vanilla']
+    assert [o for r in runs for o in r.overrides if not o.startswith('--out_dir=')] == []
+    measured = {'main_vanilla': (7.349, 17.6), 'main': (7.193, 3.6)}
+    for run in runs:
+        os.makedirs(run.cfg['out_dir'])
+        ppl, kurtosis = measured[run.config]
+        with open(os.path.join(run.cfg['out_dir'], 'analysis.json'), 'w') as f:
+            json.dump({'ppl': ppl, 'kurtosis_first': kurtosis, 'kurtosis_rest': 3.0}, f)
+    md, doc = report.render('main', runs, 'paper', reproduce.SCALES['paper'], str(tmp_path))
+    assert md.splitlines()[0].endswith("— scale `paper`: each row as its config file says.")
+    assert doc['scale_description'] == 'each row as its config file says'
+    assert [r['ours']['kurtosis_first'] for r in doc['rows']] == [17.6, 3.6]   # vanilla first
+    assert report.main_summary(runs) == ("vanilla's first token: kurtosis 17.6 (a Gaussian's is 3); with softmax-1 "
+                                         "+ OrthoAdam 3.6, 4.9x less, at the same perplexity (7.349 and 7.193, -2.1%)")
+    assert [ok for _, _, ok in report.main_goal(runs)] == [True, True]
+    with open(os.path.join(runs[0].cfg['out_dir'] if runs[0].config == 'main' else runs[1].cfg['out_dir'],
+                           'analysis.json'), 'w') as f:
+        json.dump({'ppl': 7.7, 'kurtosis_first': 6.0}, f)   # the fixed model: 4.8% worse, ratio 2.93
+    assert [ok for _, _, ok in report.main_goal(runs)] == [False, False]
+    assert 'another perplexity' in report.main_summary(runs)
