@@ -351,7 +351,8 @@ def data_val_sha256(run):
 
 def to_measure(run, scale: Scale, say=False):
     """{step: why} of the measurements ('analyze', 'quant') a run still needs: a result file that is missing or
-    unreadable, a quant.json without one of the scale's schemes, or a measurement of a val split whose sha256 is not
+    unreadable, a quant.json without one of the scale's schemes (or, at a scale that names them, without the
+    inputs' residual-reader summary), or a measurement of a val split whose sha256 is not
     the data's now (the data was prepared again: the row is measured again, and say=True prints why)."""
     d, now, out = run.cfg['out_dir'], data_val_sha256(run), {}
     for step, name in (('analyze', 'analysis.json'), ('quant', 'quant.json')) if run.quant else (
@@ -366,6 +367,7 @@ def to_measure(run, scale: Scale, say=False):
             measured = result if step == 'analyze' else result['models'][0]
             sha = (measured.get('data') or {}).get('val_sha256')
             schemes = set(result.get('schemes') or ()) if step == 'quant' else set()
+            inputs = (measured.get('inputs') or {}) if step == 'quant' else {}
         except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
             out[step] = f'{name} cannot be read'
             continue
@@ -374,6 +376,8 @@ def to_measure(run, scale: Scale, say=False):
                          f"(prepared again)")
         elif step == 'quant' and not set(scale.quant_schemes) <= schemes:
             out[step] = f"{name} lacks {', '.join(sorted(set(scale.quant_schemes) - schemes))}"
+        elif step == 'quant' and scale.quant_schemes and 'residual' not in inputs:   # the bits table's ratio
+            out[step] = f"{name} lacks the residual readers' max|x| / median|x| (measured before 2026-11-29)"
     if say:
         for step, why in out.items():
             if why != 'missing':

@@ -205,9 +205,13 @@ def test_a_measurement_of_a_val_split_that_changed_is_measured_again(tmp_path, m
     run = SimpleNamespace(name='r', quant=True, cfg={'out_dir': str(tmp_path), 'dataset': 'x'})
     scale = reproduce.SCALES['laptop']
     (tmp_path / 'analysis.json').write_text(json.dumps({'data': {'val_sha256': 'a' * 64}}))
-    quant_file = {'schemes': list(scale.quant_schemes), 'models': [{'data': {'val_sha256': 'a' * 64}}]}
+    quant_file = {'schemes': list(scale.quant_schemes), 'models': [{'data': {'val_sha256': 'a' * 64}, 'inputs': {}}]}
     (tmp_path / 'quant.json').write_text(json.dumps(quant_file))
     monkeypatch.setattr(reproduce, 'data_val_sha256', lambda r: 'a' * 64)
+    assert reproduce.to_measure(run, scale) == {'quant': "quant.json lacks the residual readers' max|x| / median|x| "
+                                                         "(measured before 2026-11-29)"}   # the bits table's ratio
+    quant_file['models'][0]['inputs']['residual'] = {'max_over_median_max': 9.0}
+    (tmp_path / 'quant.json').write_text(json.dumps(quant_file))
     assert reproduce.to_measure(run, scale) == {} and reproduce.status(run, scale) == 'done'
     monkeypatch.setattr(reproduce, 'data_val_sha256', lambda r: 'b' * 64)
     stale = reproduce.to_measure(run, scale, say=True)
