@@ -297,3 +297,13 @@ def test_the_archive_s_out_is_checked_before_the_corpus_is_read(tmp_path, monkey
     monkeypatch.setattr(corpus.shutil, "disk_usage", lambda p: SimpleNamespace(free=10 * 2 ** 20))
     with pytest.raises(corpus_build.CorpusError, match="has 10 MiB free, and the archive takes about 48 MiB"):
         corpus.archive(tmp_path / "new.jsonl.xz", tmp_path, {"archive": {"size": 50_753_084}})
+
+
+@pytest.mark.parametrize("option", ["--out", "--archive", "--cache"])
+def test_an_empty_path_option_is_refused_naming_it(option, capsys):
+    """`corpus.py archive --out ""` (an unset variable) was read as the current folder: "--out . is a folder"."""
+    import corpus
+    with pytest.raises(SystemExit) as e:
+        corpus.main(["archive", option, ""])
+    assert e.value.code == 2
+    assert f"argument {option}: an empty path is not allowed" in capsys.readouterr().err
