@@ -47,7 +47,7 @@ def test_table5_and_the_mitigations_train_each_row_at_the_laptop_setting_with_it
     assert differs(runs['laptop/seeds/vanilla_seed2'].cfg, base) == {'seed'}
     assert differs(runs['laptop/seeds/s1oa_seed2'].cfg, base) == {'seed', 'attn', 'optimizer'}
     distinct = {id(r) for r in runs.values()}
-    assert len(distinct) == 4 + 9 + 9 + 2 + (2 if recipe.LAPTOP_SGD_LR else 0)   # what the four tables train
+    assert len(distinct) == 4 + 9 + 9 + 2 + len(recipe.LAPTOP_SGD_LR or {})   # what the four tables train
     for run in runs.values():   # no row on fewer tokens than the base's 4,000 x 16 x 256
         c = run.cfg
         assert c['max_iters'] * c['batch_size'] * c['block_size'] >= 4000 * 16 * 256 and c['dtype'] == 'float32'
@@ -60,6 +60,9 @@ def test_the_sgd_rows_train_twice_the_steps_at_the_pilots_lr(tmp_path, monkeypat
     a tenth), no weight decay; before the pilot has chosen, they are left out (not run at a guessed LR)."""
     monkeypatch.setattr(recipe, 'LAPTOP_SGD_LR', None)
     assert 'table5/09_sgd_momentum' not in laptop_plan(['table5'], tmp_path)
+    monkeypatch.setattr(recipe, 'LAPTOP_SGD_LR', {0.9: 0.05})   # one momentum chosen: the other row waits
+    runs = laptop_plan(['table5'], tmp_path)
+    assert 'table5/09_sgd_momentum' in runs and 'table5/10_sgd' not in runs
     monkeypatch.setattr(recipe, 'LAPTOP_SGD_LR', {0.9: 0.05, 0.0: 0.5})
     runs = laptop_plan(['table5'], tmp_path)
     for row, momentum, lr in (('table5/09_sgd_momentum', 0.9, 0.05), ('table5/10_sgd', 0.0, 0.5)):

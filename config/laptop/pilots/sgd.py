@@ -1,4 +1,4 @@
-# The SGD pilot of the laptop Table 5 (docs/reproducing.md, "Table 5 at the laptop scale"): rows 9 and 10
+# The SGD pilot of the laptop Table 5 (docs/reproducing.md, "Table 5, the mitigations and where quantisation breaks"): rows 9 and 10
 # (softmax-1, RMSNorm-S, SGD with momentum 0.9 or none) at the laptop setting, the first 400 steps of the 8,000 that
 # the rows train (2x the base's 4,000: the cosine is the rows' own, lr_decay_iters = 8,000), no weight decay (torch's
 # SGD couples it to the gradient). Run over a grid of learning rates, one folder each:
