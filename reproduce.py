@@ -516,7 +516,8 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
                 eta = remaining_time(time.time() - t0,
                                      [(start[r.name], r.cfg['max_iters'], now[r.name]) for r in todo])
                 print(f"[done {len(finished)}/{len(todo)}] {run.name} in {duration(time.time() - t)}; elapsed "
-                      f"{duration(time.time() - t0)}, ETA {duration(eta) if eta < float('inf') else '?'}",
+                      f"{duration(time.time() - t0)}, ETA "
+                      f"{duration(eta) if eta < float('inf') else 'not known until a row has trained a step'}",
                       file=sys.stderr, flush=True)
         except SweepError as e:
             with lock:
