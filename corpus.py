@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from harness.entry import run_script
-from harness.fileio import PrepareError, check_output, disk_full, disk_full_text, number, path_arg
+from harness.fileio import PrepareError, check_output, disk_full, disk_full_text, number, path_arg_path
 from pinned_corpus import audit as corpus_audit, build as pinned
 from pinned_corpus.build import ARCHIVE_FILE, CorpusError
 
@@ -166,14 +166,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description="Fetch, measure, audit and record the pinned corpus; write its archive.")
     p.add_argument("command", choices=("fetch", "stats", "audit", "archive", "record"))
     p.add_argument("--subset", choices=pinned.SUBSETS, default="cpu")
-    p.add_argument("--out", type=lambda t: Path(path_arg(t)), help=f"archive: the file to write (default data/{ARCHIVE_FILE})")
-    p.add_argument("--archive", type=lambda t: Path(path_arg(t)), help=f"--subset archive: the archive file (default data/{ARCHIVE_FILE})")
+    p.add_argument("--out", type=path_arg_path, help=f"archive: the file to write (default data/{ARCHIVE_FILE})")
+    p.add_argument("--archive", type=path_arg_path, help=f"--subset archive: the archive file (default data/{ARCHIVE_FILE})")
     p.add_argument("--markdown", action="store_true", help="stats: docs/data.md's table of the subset")
     p.add_argument("--eval_tokens", type=number(int, 1, what=": the evaluation slice is the first N tokens of val.bin"),
                    default=MAIN_EVAL_TOKENS,
                    help=f"audit: the evaluation slice, the first N tokens of val.bin (default {MAIN_EVAL_TOKENS:,}, "
                         f"config/main.py's)")
-    p.add_argument("--cache", type=lambda t: Path(path_arg(t)), default=None,
+    p.add_argument("--cache", type=path_arg_path, default=None,
                    help="artifact folder (default $CORPUS_CACHE or data/corpus_cache)")
     args = p.parse_args(argv)
     if args.archive and args.subset != "archive":

@@ -54,7 +54,7 @@ from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
 from harness.entry import run_script, start_child, stopping
 from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from harness.paper_tables import TABLES
-from harness.recipe import pack_runs, remaining_time, run_state, stopped_by
+from harness.recipe import ETA_MIN_TRAINED, pack_runs, remaining_time, run_state, stopped_by
 from harness.scales import SCALES, Scale, scaled_overrides
 from pinned_corpus.build import CorpusError, find_archive
 from pinned_corpus.prepare import prepare_bb_shakespeare, prepare_pinned
@@ -238,6 +238,11 @@ def ensure_data(runs, dry_run=False):
         raise SweepError(f"{problem}{where}")
 
 
+def tokens_per_iter(cfg):
+    """Tokens one optimiser step of a config trains: batch x accumulation x block."""
+    return cfg['batch_size'] * cfg['gradient_accumulation_steps'] * cfg['block_size']
+
+
 H100_MFU = 0.30   # vanilla 60M and 130M steps reached 30-35% of the H100's bf16 peak (docs/performance.md)
 RUN_OVERHEAD_S = 90   # compilation, the final evaluation, analyze.py and eval_quant.py of one run
 
@@ -253,7 +258,7 @@ def expected_seconds(run):
     with torch.device('meta'):
         model = GPT(GPTConfig(**{k: run.cfg[k] for k in MODEL_KEYS} | {'vocab_size': vocab}))
     c = run.cfg
-    tokens = c['max_iters'] * c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size']
+    tokens = c['max_iters'] * tokens_per_iter(c)
     rate = H100_MFU * 989e12 / model.flops_per_token(c['block_size'])
     return tokens / rate * (2 if c['attn'] in EAGER else 1) + RUN_OVERHEAD_S, tokens
 
@@ -266,11 +271,11 @@ def describe(runs, scale: Scale, jobs=1):
     the CPU at the scale's measured speed (eager attention at half of it), `jobs` rows at a time."""
     data = dict.fromkeys(r.cfg['dataset'] for r in runs)
     lines = [f"data: {', '.join(data_dir(d) for d in data)}"]
+    todo = [r for r in runs if status(r, scale) == 'todo']
     if scale.cpu_tokens_per_s:
         from attention import EAGER
         left = {r.name: (r.cfg['max_iters'] - run_state(r.cfg['out_dir'], r.cfg['max_iters'])['iter'])
-                * r.cfg['batch_size'] * r.cfg['gradient_accumulation_steps'] * r.cfg['block_size'] for r in runs}
-        todo = [r for r in runs if status(r, scale) == 'todo']
+                * tokens_per_iter(r.cfg) for r in todo}
         secs = sum(left[r.name] / scale.cpu_tokens_per_s * (2 if r.cfg['attn'] in EAGER else 1) + CPU_ROW_OVERHEAD_S
                    for r in todo)
         lines.append(f"expected wall time: ~{duration(secs / max(1, min(jobs, len(todo) or 1)))} for the {len(todo)} "
@@ -283,7 +288,6 @@ def describe(runs, scale: Scale, jobs=1):
         est = {r.name: expected_seconds(r) for r in runs}
     except (ValueError, OSError) as e:   # data not prepared yet: no vocabulary size
         return lines + [f"expected time: unknown until the data is prepared ({e})"]
-    todo = [r for r in runs if status(r, scale) == 'todo']
     lines += [f"  {r.name}: {est[r.name][1] / 1e6:,.0f} M tokens, ~{duration(est[r.name][0])}" for r in runs]
     lines.append(f"expected wall time on one H100: ~{duration(sum(est[r.name][0] for r in todo))} for the "
                  f"{len(todo)} runs to do (estimate: {H100_MFU:.0%} MFU as measured on an H100, eager attention "
@@ -305,7 +309,7 @@ def vocab_size(dataset):
     pinned corpus's *_bytes), else GPT-2's 50,257."""
     try:
         return int(load_meta(data_dir(dataset))['vocab_size'])
-    except Exception:   # not prepared yet (or unreadable: ensure_data says so later)
+    except (ValueError, OSError):   # not prepared yet (or unreadable: ensure_data says so later)
         return 257 if str(dataset).endswith('_bytes') else 50257
 
 
@@ -313,7 +317,7 @@ def cpu_bound(run):
     """(tokens, seconds at least) of a run on a CPU: 6 FLOPs per parameter and token at CPU_FLOPS, parameters
     counted as 12 L d^2 for the blocks plus the embedding of the data's vocabulary (vocab_size)."""
     c = run.cfg
-    tokens = c['max_iters'] * c['batch_size'] * c['gradient_accumulation_steps'] * c['block_size']
+    tokens = c['max_iters'] * tokens_per_iter(c)
     params = block_params(c) + vocab_size(c.get('dataset', '')) * c['n_embd']
     return tokens, 6 * params * tokens / CPU_FLOPS
 
@@ -459,6 +463,17 @@ def execute(run, scale, nproc, env, echo, chain=Chain()):
     return 'done'
 
 
+_SAY = threading.Lock()
+
+
+def say(line):
+    """One line to stderr in one write: rows print from their threads side by side, and print() writes a line and its
+    newline apart, so two rows' [start] lines could share one line of the log."""
+    with _SAY:
+        sys.stderr.write(line + '\n')
+        sys.stderr.flush()
+
+
 def _subprocess(run, step, cmd, env, echo):
     """One command of a run, its output appended to train.out; a failure is a SweepError that quotes the command's
     own error line (e.g. train.py's refusal of a resume with changed data)."""
@@ -475,7 +490,7 @@ def _subprocess(run, step, cmd, env, echo):
                 print(line, end='', flush=True)
             elif line.startswith('iter ') and time.time() - last >= 60:
                 last = time.time()
-                print(f"  {run.name}: {line.strip()}", file=sys.stderr, flush=True)
+                say(f"  {run.name}: {line.strip()}")
     stopped = proc.wait() != 0 and (stopped_by(proc.returncode) or stopping())   # torchrun exits 1 on a signal
     if stopped:   # not finished, not failed: no further job of the chain
         raise Interrupted(f"{run.name}: {step} stopped by {stopped.name} (exit {proc.returncode}); the same command "
@@ -504,10 +519,10 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
                 env['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // jobs))
         try:
             t = time.time()
-            print(f"[start] {run.name} -> {run.cfg['out_dir']}", file=sys.stderr, flush=True)
+            say(f"[start] {run.name} -> {run.cfg['out_dir']}")
             if execute(run, scale, nproc, env, jobs == 1, chain) == 'unfinished':
-                print(f"[unfinished] {run.name}: {chain.max_jobs} training job(s) of --job_minutes "
-                      f"{chain.job_minutes:g} ran; the same command continues it", file=sys.stderr, flush=True)
+                say(f"[unfinished] {run.name}: {chain.max_jobs} training job(s) of --job_minutes "
+                    f"{chain.job_minutes:g} ran; the same command continues it")
                 return
             with lock:
                 finished.append(run)
@@ -515,14 +530,14 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
                        run_state(r.cfg['out_dir'], r.cfg['max_iters'])['iter'] for r in todo}
                 eta = remaining_time(time.time() - t0,
                                      [(start[r.name], r.cfg['max_iters'], now[r.name]) for r in todo])
-                print(f"[done {len(finished)}/{len(todo)}] {run.name} in {duration(time.time() - t)}; elapsed "
-                      f"{duration(time.time() - t0)}, ETA "
-                      f"{duration(eta) if eta < float('inf') else 'not known until a row has trained a step'}",
-                      file=sys.stderr, flush=True)
+                when = (duration(eta) if eta < float('inf') else
+                        f"not known until {ETA_MIN_TRAINED:.0%} of the iterations are trained")
+                say(f"[done {len(finished)}/{len(todo)}] {run.name} in {duration(time.time() - t)}; elapsed "
+                    f"{duration(time.time() - t0)}, ETA {when}")
         except SweepError as e:
             with lock:
                 failures.append(e)
-            print(f"[{'stopped' if isinstance(e, Interrupted) else 'failed'}] {e}", file=sys.stderr, flush=True)
+            say(f"[{'stopped' if isinstance(e, Interrupted) else 'failed'}] {e}")
         finally:
             with lock:
                 slots.append(slot)

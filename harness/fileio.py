@@ -473,3 +473,8 @@ def path_arg(text):
     if not text:
         raise argparse.ArgumentTypeError("an empty path is not allowed (an unset shell variable?); give a path")
     return text
+
+
+def path_arg_path(text):
+    """path_arg as a pathlib.Path, for options read as paths."""
+    return Path(path_arg(text))

@@ -106,14 +106,20 @@ def run_state(run_dir, max_iters):
     return state
 
 
+ETA_MIN_TRAINED = 0.05   # the share of a sweep's iterations trained before its ETA is estimated
+
+
 def remaining_time(elapsed, progress):
     """The ETA of a sweep from the iterations trained so far, in flight included (a row half done beside a
     finished one counts its half): progress = [(iteration at the sweep's start, max_iters, iteration now)] per row
     to do; elapsed seconds × iterations left / iterations trained in them. Rows weigh by their iterations, and a
-    resumed row by what it has left."""
+    resumed row by what it has left. Under ETA_MIN_TRAINED of the iterations trained, no estimate (inf): the rate
+    of the first minutes is mostly compilation and the rows that only measure, and it said 61 h for a 16 h sweep."""
     trained = sum(max(0, now - begin) for begin, _, now in progress)
     left = sum(max(0, end - max(begin, now)) for begin, end, now in progress)
-    return 0.0 if not left else elapsed * left / trained if trained else float('inf')   # nothing left: no '?'
+    if not left:
+        return 0.0   # nothing left: no '?'
+    return elapsed * left / trained if trained and trained >= ETA_MIN_TRAINED * (trained + left) else float('inf')
 
 
 def stopped_by(returncode):

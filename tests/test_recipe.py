@@ -303,3 +303,7 @@ def test_the_eta_counts_rows_in_flight_and_what_resumed_rows_have_left():
     assert recipe.remaining_time(3000, [(1000, 1000, 1000)]) == 0.0   # nothing left to train: no '?'
     assert recipe.remaining_time(3000, [(0, 1000, 0)]) == float('inf')   # nothing trained yet: no estimate
     assert recipe.remaining_time(60, [(0, 10, 10), (5, 10, 5)]) == pytest.approx(60 * 5 / 10)
+    # Rows that only measure, finished in the first minutes beside a row still compiling: 30 of 10,000 iterations
+    # trained in 300 s would say 27 h; under 5% trained the sweep says the ETA is not known yet.
+    assert recipe.remaining_time(300, [(0, 5000, 30), (0, 5000, 0)]) == float('inf')
+    assert recipe.remaining_time(300, [(0, 5000, 500), (0, 5000, 0)]) == pytest.approx(300 * 9500 / 500)
