@@ -202,15 +202,15 @@ def laptop_setting():
 # Table 5's SGD rows at the laptop scale (the paper trains them 8x longer at LR 0.2 with momentum and without): this
 # many times the base's steps, at the LR the SGD pilot chose for each momentum (config/laptop/pilots/sgd.py,
 # docs/reproducing.md, "Table 5, the mitigations and where quantisation breaks"); a momentum not in it: not chosen yet,
-# its row is left out. Momentum 0.9: 0.02 (2.6105 at step 400; 0.01 2.6156, 0.05 2.6166). Momentum 0: the grid's best,
-# 0.05 (2.6837), is still its lowest LR; 0.02 is to be piloted before row 10 trains
-LAPTOP_SGD_STEPS, LAPTOP_SGD_LR = 2, {0.9: 0.02}
+# its row is left out. Momentum 0.9: 0.02 (2.6105 at step 400; 0.01 2.6156, 0.05 2.6166). Momentum 0: 0.05
+# (2.6837; 0.02 2.7425, 0.1 2.6943)
+LAPTOP_SGD_STEPS, LAPTOP_SGD_LR = 2, {0.9: 0.02, 0.0: 0.05}
 
 
 def laptop_rows(table, cfg):
     """The laptop scale of one row (SCALES['laptop']): the configs of the Bigram-Backcopy table, the laptop pilots and
     the seed replicas as written; the 60M GPT-2 rows of Tables 2 and 3, and every row of Table 5 and the mitigations,
-    with laptop_setting() (data, size, steps, schedule, bf16), each keeping its own attention, normalisation,
+    with laptop_setting() (data, size, steps, schedule, fp32), each keeping its own attention, normalisation,
     position encoding, biases and optimiser. The optimisers whose weight decay is torch's coupled L2 term (RMSProp,
     SGD) train without it, as at the gpu scale (recipe_overrides); the SGD rows train LAPTOP_SGD_STEPS times longer at
     LAPTOP_SGD_LR (cosine to a tenth of it). Every other row is left out (None)."""

@@ -57,12 +57,13 @@ SCALES = {
         overrides=dict(dataset='pinned_archive', gradient_accumulation_steps=1, eval_tokens=131_072, compile=True),
         max_docs=300, batch_size=8),
     'laptop': Scale(
-        "two CPU cores, about half an hour a row, two rows at a time with --jobs 2: Table 2's 60M GPT-2 rows (and "
-        "Table 3's quantisation of them), Table 5's rows and the mitigations at the setting of config/laptop/base.py "
-        "(the pilots chose it: bytes of the pinned corpus's laptop subset, 4 x 256, 4,000 steps of 16 x 256, bf16; "
-        "docs/reproducing.md), each row its own attention, normalisation, positions, biases and optimiser (RMSProp "
-        "and SGD without weight decay; SGD 2x the steps at the LR its pilot chose); Guo et al.'s Bigram-Backcopy "
-        "table, the laptop pilots and the seed replicas as their configs are written (config/bb/, config/laptop/)",
+        "two CPU cores, about an hour a row (fp32, one thread a row), two rows at a time with --jobs 2: Table 2's "
+        "60M GPT-2 rows (and Table 3's quantisation of them), Table 5's rows and the mitigations at the setting of "
+        "config/laptop/base.py (the pilots chose it: bytes of the pinned corpus's laptop subset, 4 x 256, 4,000 "
+        "steps of 16 x 256, fp32 compiled; docs/reproducing.md), each row its own attention, normalisation, "
+        "positions, biases and optimiser (RMSProp and SGD without weight decay; SGD 2x the steps at the LR its "
+        "pilot chose); Guo et al.'s Bigram-Backcopy table, the laptop pilots and the seed replicas as their "
+        "configs are written (config/bb/, config/laptop/)",
         row_overrides=laptop_rows, max_docs=200, batch_size=1, row_steps=False,
         quant_tables=('table2', 'table3', 'table5', 'mitigations', 'spread'), quant_schemes=LAPTOP_SCHEMES,
         cpu_tokens_per_s=LAPTOP_TOKENS_PER_S),
