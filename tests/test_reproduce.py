@@ -464,3 +464,33 @@ def test_the_main_job_s_table_sentence_and_goal_from_its_two_results(tmp_path):
         json.dump({'ppl': 7.7, 'kurtosis_first': 6.0}, f)   # the fixed model: 4.8% worse, ratio 2.93
     assert [ok for _, _, ok in report.main_goal(runs)] == [False, False]
     assert 'another perplexity' in report.main_summary(runs)
+
+
+def test_a_row_whose_checkpoint_is_damaged_fails_in_one_line_and_the_other_rows_go_on(bb, tmp_path):
+    """Issue 52's bad input: a stopped row whose ckpt.pt was damaged is refused with train.py's one line, named in the
+    sweep's [failed] line; the row beside it trains to the end, and the damaged file is left as it was."""
+    out = str(tmp_path / 'out')
+    args = ['table5', '--scale', 'smoke', '--rows', '01_biases', '03_pos_none', '--dataset', bb, '--out', out,
+            '--jobs', '2']
+    assert sweep(*args).returncode == 0
+    runs = os.path.join(out, 'smoke', 'runs')
+    assert sorted(os.listdir(runs)) == ['table5-01_biases', 'table5-03_pos_none']
+    damaged, other = os.path.join(runs, 'table5-01_biases'), os.path.join(runs, 'table5-03_pos_none')
+    with open(os.path.join(damaged, 'log.jsonl')) as f:   # stopped after step 2: not finished, not measured
+        kept = [line for line in f if json.loads(line).get('iter', 0) <= 2]
+    with open(os.path.join(damaged, 'log.jsonl'), 'w') as f:
+        f.writelines(kept)
+    os.remove(os.path.join(damaged, 'analysis.json'))
+    good = open(os.path.join(damaged, 'ckpt.pt'), 'rb').read()
+    with open(os.path.join(damaged, 'ckpt.pt'), 'wb') as f:
+        f.write(good[:len(good) // 2])
+    for name in os.listdir(other):   # the other row: to train again from nothing
+        os.remove(os.path.join(other, name))
+
+    r = sweep(*args)
+    assert r.returncode == 1 and 'Traceback' not in r.stderr, r.stderr[-3000:]
+    (failed,) = [line for line in r.stderr.splitlines() if line.startswith('[failed]')]
+    assert failed.startswith('[failed] table5-01_biases: train failed (exit 2: ') and 'corrupt' in failed, failed
+    assert '[done 1/2] table5-03_pos_none' in r.stderr
+    assert os.path.isfile(os.path.join(other, 'analysis.json'))
+    assert open(os.path.join(damaged, 'ckpt.pt'), 'rb').read() == good[:len(good) // 2]   # nothing of it rewritten
