@@ -266,6 +266,20 @@ def expected_seconds(run):
 CPU_ROW_OVERHEAD_S = 300   # a laptop row's compilation, evaluations and probes, analyze.py and eval_quant.py's passes
 
 
+def tokens_left(run):
+    """The tokens a row has still to train (all of them before its first step, none once finished)."""
+    c = run.cfg
+    return max(0, c['max_iters'] - run_state(c['out_dir'], c['max_iters'])['iter']) * tokens_per_iter(c)
+
+
+def work_left(run):
+    """A row's training still to do, in tokens at the speed of fused attention: tokens_left, twice for eager
+    attention (attention.EAGER: the T x T matrix, about half the speed). The unit of the CPU ETA, and the order of a
+    sweep's rows (the most work first, so that the rows still training at the end are short ones)."""
+    from attention import EAGER
+    return tokens_left(run) * (2 if run.cfg['attn'] in EAGER else 1)
+
+
 def describe(runs, scale: Scale, jobs=1):
     """The data, tokens per run and (for scales that say) the expected wall time, printed first: on one H100, or on
     the CPU at the scale's measured speed (eager attention at half of it), `jobs` rows at a time."""
@@ -273,13 +287,10 @@ def describe(runs, scale: Scale, jobs=1):
     lines = [f"data: {', '.join(data_dir(d) for d in data)}"]
     todo = [r for r in runs if status(r, scale) == 'todo']
     if scale.cpu_tokens_per_s:
-        from attention import EAGER
-        left = {r.name: (r.cfg['max_iters'] - run_state(r.cfg['out_dir'], r.cfg['max_iters'])['iter'])
-                * tokens_per_iter(r.cfg) for r in todo}
-        secs = sum(left[r.name] / scale.cpu_tokens_per_s * (2 if r.cfg['attn'] in EAGER else 1) + CPU_ROW_OVERHEAD_S
-                   for r in todo)
+        left = {r.name: tokens_left(r) for r in todo}
+        secs = sum(work_left(r) / scale.cpu_tokens_per_s + CPU_ROW_OVERHEAD_S for r in todo)
         lines.append(f"expected wall time: ~{duration(secs / max(1, min(jobs, len(todo) or 1)))} for the {len(todo)} "
-                     f"run(s) to do, {jobs} at a time ({sum(left[r.name] for r in todo) / 1e6:,.1f} M tokens at "
+                     f"run(s) to do, {jobs} at a time ({sum(left.values()) / 1e6:,.1f} M tokens at "
                      f"{scale.cpu_tokens_per_s:,.0f} tokens/s a row, eager attention at half that, as measured on a "
                      f"2-core Xeon without bf16 units; +{CPU_ROW_OVERHEAD_S} s a row)")
     if not scale.expected:
@@ -501,7 +512,7 @@ def _subprocess(run, step, cmd, env, echo):
 
 
 def run_all(runs, scale, nproc, jobs, chain=Chain()):
-    todo = sorted((r for r in runs if status(r, scale) == 'todo'), key=lambda r: -r.cfg['max_iters'])   # longest first
+    todo = sorted((r for r in runs if status(r, scale) == 'todo'), key=lambda r: -work_left(r))   # the most work first
     print(f"{len(runs)} runs, {len(runs) - len(todo)} done, {len(todo)} to do"
           + (f", {jobs} at a time" if jobs > 1 and todo else ''), file=sys.stderr)
     t0, lock, failures, finished = time.time(), threading.Lock(), [], []
