@@ -285,8 +285,11 @@ def plot_quant_bits(rows, path, title):
     """Where per-tensor quantisation breaks: left, each row's perplexity under coarse<b> (solid) and moderate<b>
     (dashed) over its full-precision perplexity, against the bit width b (log scale); right, the measured ratio max|x| /
     median|x| of the quantised layers' inputs (eval_quant.py's inputs, the layer where it is largest), with 2^b marked:
-    a per-tensor step of max / (2^(b-1) - 1) rounds the median input to 0 once the ratio passes about 2^b. rows:
-    [(label, eval_quant.py model entry)]; claims.quant_curve reads the curves."""
+    a per-tensor step of max / (2^(b-1) - 1) rounds the median input to 0 once the ratio passes about 2^b. Two bars a
+    row: the layers that read the normalised residual stream (eval_quant.RESIDUAL_READERS, where the hidden state's
+    outlier channels enter; the bar that differs between models), and all layers (lighter: the MLP's GELU outputs,
+    whose medians are near 0 in every model, set it). rows: [(label, eval_quant.py model entry)];
+    claims.quant_curve reads the curves."""
     from harness.claims import BITS, quant_curve
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.28 * len(rows) + 4.2), layout='constrained',
@@ -307,15 +310,23 @@ def plot_quant_bits(rows, path, title):
     left.yaxis.set_minor_formatter(FormatStrFormatter('%.2f'))
     left.grid(alpha=0.3, which='both')
     left.legend(fontsize=7, loc='upper right')
-    ratios = [((q.get('inputs') or {}).get('max_over_median_max'), label) for label, q in rows]
-    ys = np.arange(len(rows))
-    right.barh(ys, [r or 0 for r, _ in ratios], color=[colours(i % 20) for i in range(len(rows))])
-    right.set_yticks(ys, [label for _, label in ratios], fontsize=7)
+    inputs = [(q.get('inputs') or {}) for _, q in rows]
+    residual = [(i.get('residual') or {}).get('max_over_median_max') for i in inputs]
+    everywhere = [i.get('max_over_median_max') for i in inputs]
+    ys, h, colour = np.arange(len(rows)), 0.4, [colours(i % 20) for i in range(len(rows))]
+    right.barh(ys - h / 2, [r or 0 for r in residual], height=h, color=colour,
+               label='layers reading the residual stream (attention QKV, MLP in)')
+    right.barh(ys + h / 2, [r or 0 for r in everywhere], height=h, color=colour, alpha=0.3,
+               label='all layers (set by the GELU outputs)')
+    right.set_yticks(ys, [label for label, _ in rows], fontsize=7)
     right.invert_yaxis()
+    right.legend(fontsize=7, loc='lower right')
     for b in BITS:
         right.axvline(2 ** b, color='grey', lw=0.8, ls=':')
-        right.text(2 ** b, len(rows) - 0.45, f'2^{b}', fontsize=7, ha='center', va='bottom', color='grey')
-    right.set(xscale='log', xlim=(1, max([2 ** max(BITS) * 2] + [r * 1.5 for r, _ in ratios if r])), xlabel='max|x| / median|x| of the quantised inputs (largest layer, mean over documents)',
-              title='what a per-tensor scale spans')
+        right.text(2 ** b, 1.0, f'{b}', fontsize=7, ha='center', va='bottom', color='grey',
+                   transform=right.get_xaxis_transform())   # above the panel, clear of the bars and the legend
+    right.set(xscale='log', xlim=(1, max([2 ** max(BITS) * 2] + [r * 1.5 for r in residual + everywhere if r])),
+              xlabel='max|x| / median|x| of the quantised inputs (largest layer, mean over documents)')
+    right.set_title('what a per-tensor scale spans (dotted: 2^b, b = 4..8)', pad=14)
     fig.suptitle(title)
     return _save(fig, path)

@@ -159,6 +159,28 @@ def test_the_bits_table_lists_each_width_and_the_inputs_ratio():
     assert doc[0]['delta']['coarse8'] == 0.01 and doc[0]['residual_layer'] == 'h.0.mlp.c_fc'
 
 
+
+def test_the_bits_figure_draws_each_rows_curve_and_both_input_ratios(tmp_path, monkeypatch):
+    """plots.plot_quant_bits: left, PPL_b / PPL_full per width for coarse and moderate; right, two bars a row, the
+    residual readers' max/median and all layers' (a row without inputs draws none), with 2^b marked."""
+    from harness import plots
+    figures = []
+    real = plots._save
+    monkeypatch.setattr(plots, '_save', lambda fig, path: (figures.append(fig), real(fig, path))[1])
+    rows = [('vanilla', quant(3.0, {4: 0.9, 5: 0.5, 6: 0.1, 7: 0.05, 8: 0.01}, ratio=61.0)),
+            ('s1oa', dict(quant(3.0, {4: 0.3, 8: 0.0}), inputs={}))]
+    path = plots.plot_quant_bits(rows, str(tmp_path / 'bits.png'), 'title')
+    assert open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+    left, right = figures[0].axes[:2]
+    lines = {(line.get_label(), line.get_linestyle()): line for line in left.get_lines()}
+    coarse = lines[('vanilla', '-')]
+    assert list(coarse.get_xdata()) == [4, 5, 6, 7, 8]
+    assert list(coarse.get_ydata()) == pytest.approx([3.9 / 3, 3.5 / 3, 3.1 / 3, 3.05 / 3, 3.01 / 3])
+    assert list(lines[('s1oa', '-')].get_xdata()) == [4, 8]
+    widths = [bar.get_width() for bar in right.patches]
+    assert widths == [61.0, 0, 1e4, 0]   # residual readers: vanilla, s1oa; all layers: vanilla, s1oa
+
+
 # ----------------------------------------------------------------------------- eval_quant.py at fewer bits
 def test_coarse_at_b_bits_is_absmax_per_tensor_with_2_to_the_b_minus_1_levels():
     """coarse4 on a weight: one scale max|w| / 7, codes in -7..7; its input and output quantisers the same on
