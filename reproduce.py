@@ -266,18 +266,24 @@ def expected_seconds(run):
 CPU_ROW_OVERHEAD_S = 300   # a laptop row's compilation, evaluations and probes, analyze.py and eval_quant.py's passes
 
 
-def tokens_left(run):
-    """The tokens a row has still to train (all of them before its first step, none once finished)."""
+def iters_left(run):
+    """The steps a row has still to train (all of them before its first step, none once finished)."""
     c = run.cfg
-    return max(0, c['max_iters'] - run_state(c['out_dir'], c['max_iters'])['iter']) * tokens_per_iter(c)
+    return max(0, c['max_iters'] - run_state(c['out_dir'], c['max_iters'])['iter'])
+
+
+def step_work(cfg):
+    """The work of one training step, in tokens at the speed of fused attention: tokens_per_iter, twice for eager
+    attention (attention.EAGER: the T x T matrix, about half the speed). The unit of the ETAs and of the order of a
+    sweep's rows."""
+    from attention import EAGER
+    return tokens_per_iter(cfg) * (2 if cfg['attn'] in EAGER else 1)
 
 
 def work_left(run):
-    """A row's training still to do, in tokens at the speed of fused attention: tokens_left, twice for eager
-    attention (attention.EAGER: the T x T matrix, about half the speed). The unit of the CPU ETA, and the order of a
-    sweep's rows (the most work first, so that the rows still training at the end are short ones)."""
-    from attention import EAGER
-    return tokens_left(run) * (2 if run.cfg['attn'] in EAGER else 1)
+    """A row's training still to do (step_work units): the order of a sweep's rows, the most work first, so that the
+    rows still training at the end are short ones."""
+    return iters_left(run) * step_work(run.cfg)
 
 
 def describe(runs, scale: Scale, jobs=1):
@@ -287,7 +293,7 @@ def describe(runs, scale: Scale, jobs=1):
     lines = [f"data: {', '.join(data_dir(d) for d in data)}"]
     todo = [r for r in runs if status(r, scale) == 'todo']
     if scale.cpu_tokens_per_s:
-        left = {r.name: tokens_left(r) for r in todo}
+        left = {r.name: iters_left(r) * tokens_per_iter(r.cfg) for r in todo}
         secs = sum(work_left(r) / scale.cpu_tokens_per_s + CPU_ROW_OVERHEAD_S for r in todo)
         lines.append(f"expected wall time: ~{duration(secs / max(1, min(jobs, len(todo) or 1)))} for the {len(todo)} "
                      f"run(s) to do, {jobs} at a time ({sum(left.values()) / 1e6:,.1f} M tokens at "
@@ -539,8 +545,8 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
                 finished.append(run)
                 now = {r.name: r.cfg['max_iters'] if r in finished else
                        run_state(r.cfg['out_dir'], r.cfg['max_iters'])['iter'] for r in todo}
-                eta = remaining_time(time.time() - t0,
-                                     [(start[r.name], r.cfg['max_iters'], now[r.name]) for r in todo])
+                eta = remaining_time(time.time() - t0, [(start[r.name] * w, r.cfg['max_iters'] * w, now[r.name] * w)
+                                                        for r in todo for w in [step_work(r.cfg)]])
                 when = (duration(eta) if eta < float('inf') else
                         f"not known until {ETA_MIN_TRAINED:.0%} of the iterations are trained")
                 say(f"[done {len(finished)}/{len(todo)}] {run.name} in {duration(time.time() - t)}; elapsed "
