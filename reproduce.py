@@ -45,14 +45,16 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
 from harness import sweep_report as report
+from harness.claims import value
 from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
 from harness.entry import run_script, start_child, stopping
-from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
+from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, read_json, write_json
 from harness.paper_tables import TABLES
 from harness.recipe import ETA_MIN_TRAINED, pack_runs, remaining_time, run_state, stopped_by
 from harness.scales import SCALES, Scale, scaled_overrides
@@ -480,6 +482,23 @@ def execute(run, scale, nproc, env, echo, chain=Chain()):
     return 'done'
 
 
+def headline(run):
+    """What a finished row measured, for the sweep's [done] line: analysis.json's perplexity, the first token's and
+    the other tokens' kurtosis and %First Attn, and quant.json's Δ under coarse (W8A8 per tensor) where measured;
+    '' when there is no analysis."""
+    a = read_json(Path(run.cfg['out_dir'], 'analysis.json'))
+    if value(a, 'ppl') is None:
+        return ''
+    parts = [f"PPL {a['ppl']:.3f}"] + [f"{label} {a[key]:.{digits}f}" for key, label, digits in (
+        ('kurtosis_first', 'E_m[κ_m,1]', 2), ('kurtosis_rest', 'E_m[κ_m,>1]', 2), ('first_attn_argmax', '%First', 3))
+        if value(a, key) is not None]
+    models = read_json(Path(run.cfg['out_dir'], 'quant.json'))
+    models = models.get('models') if isinstance(models, dict) else None
+    coarse = value(models[0].get('delta'), 'coarse') if isinstance(models, list) and models and isinstance(
+        models[0], dict) else None
+    return ', '.join(parts + ([f"Δ coarse {coarse:+.3f}"] if coarse is not None else []))
+
+
 _SAY = threading.Lock()
 
 
@@ -549,8 +568,9 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
                                                         for r in todo for w in [step_work(r.cfg)]])
                 when = (duration(eta) if eta < float('inf') else
                         f"not known until {ETA_MIN_TRAINED:.0%} of the iterations are trained")
-                say(f"[done {len(finished)}/{len(todo)}] {run.name} in {duration(time.time() - t)}; elapsed "
-                    f"{duration(time.time() - t0)}, ETA {when}")
+                measured = headline(run)
+                say(f"[done {len(finished)}/{len(todo)}] {run.name} in {duration(time.time() - t)}"
+                    f"{': ' + measured if measured else ''}; elapsed {duration(time.time() - t0)}, ETA {when}")
         except SweepError as e:
             with lock:
                 failures.append(e)

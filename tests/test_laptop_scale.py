@@ -274,3 +274,31 @@ def test_a_sweep_starts_the_rows_with_the_most_training_left_first(tmp_path, mon
     monkeypatch.setattr(reproduce, 'execute', lambda run, *a, **k: started.append(run.name))
     assert reproduce.run_all(runs, reproduce.SCALES['laptop'], 1, 1) == []
     assert started == ['b_clipped_4000', 'd_softmax_8000', 'a_softmax_4000', 'c_resumed']
+
+
+def test_a_rows_done_line_says_what_it_measured(tmp_path, monkeypatch, capsys):
+    """The sweep's [done] line carries the row's headline numbers from its analysis.json and quant.json (a row
+    without quant.json, or with a damaged one, shows the rest; without analysis.json, none)."""
+    def row(name, analysis=None, quant=None):
+        out = tmp_path / name
+        out.mkdir()
+        if analysis is not None:
+            (out / 'analysis.json').write_text(json.dumps(analysis))
+        if quant is not None:
+            (out / 'quant.json').write_text(quant if isinstance(quant, str) else json.dumps(quant))
+        cfg = dict(max_iters=10, batch_size=1, gradient_accumulation_steps=1, block_size=8, attn='softmax',
+                   out_dir=str(out), device='cpu')
+        return reproduce.Run(name, name, [], cfg)
+
+    a = {'ppl': 2.7671, 'kurtosis_first': 39.584, 'kurtosis_rest': 6.444, 'first_attn_argmax': 0.20263}
+    runs = [row('full', a, {'models': [{'delta': {'coarse': 0.01473}}]}), row('no_quant', a),
+            row('bad_quant', a, '[1, 2'), row('nothing')]
+    monkeypatch.setattr(reproduce, 'status', lambda run, scale: 'todo')
+    monkeypatch.setattr(reproduce, 'execute', lambda run, *a, **k: 'done')
+    reproduce.run_all(runs, reproduce.SCALES['laptop'], 1, 1)
+    done = {line.split('] ')[1].split(' in ')[0]: line for line in capsys.readouterr().err.splitlines()
+            if line.startswith('[done')}
+    numbers = 'PPL 2.767, E_m[κ_m,1] 39.58, E_m[κ_m,>1] 6.44, %First 0.203'
+    assert f': {numbers}, Δ coarse +0.015; elapsed' in done['full']
+    assert f': {numbers}; elapsed' in done['no_quant'] and f': {numbers}; elapsed' in done['bad_quant']
+    assert 'PPL' not in done['nothing'] and '; elapsed' in done['nothing']
