@@ -299,8 +299,8 @@ def describe(runs, scale: Scale, jobs=1):
         secs = sum(work_left(r) / scale.cpu_tokens_per_s + CPU_ROW_OVERHEAD_S for r in todo)
         lines.append(f"expected wall time: ~{duration(secs / max(1, min(jobs, len(todo) or 1)))} for the {len(todo)} "
                      f"run(s) to do, {jobs} at a time ({sum(left.values()) / 1e6:,.1f} M tokens at "
-                     f"{scale.cpu_tokens_per_s:,.0f} tokens/s a row, eager attention at half that, as measured on a "
-                     f"2-core Xeon without bf16 units; +{CPU_ROW_OVERHEAD_S} s a row)")
+                     f"{scale.cpu_tokens_per_s:,.0f} tokens/s a row as measured on a 2-core Xeon without bf16 units, "
+                     f"eager attention assumed at half that; +{CPU_ROW_OVERHEAD_S} s a row)")
     if not scale.expected:
         return lines
     try:
