@@ -45,18 +45,17 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from configurator import ConfigError, load_config
 from harness import sweep_report as report
-from harness.claims import value
 from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
 from harness.entry import run_script, start_child, stopping
-from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, read_json, write_json
+from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from harness.paper_tables import TABLES
-from harness.recipe import ETA_MIN_TRAINED, pack_runs, remaining_time, run_state, stopped_by
+from harness.recipe import (ETA_MIN_TRAINED, iters_left, pack_runs, remaining_time, run_state, step_work,
+                            stopped_by, tokens_per_iter, work_left)
 from harness.scales import SCALES, Scale, scaled_overrides
 from pinned_corpus.build import CorpusError, find_archive
 from pinned_corpus.prepare import prepare_bb_shakespeare, prepare_pinned
@@ -240,11 +239,6 @@ def ensure_data(runs, dry_run=False):
         raise SweepError(f"{problem}{where}")
 
 
-def tokens_per_iter(cfg):
-    """Tokens one optimiser step of a config trains: batch x accumulation x block."""
-    return cfg['batch_size'] * cfg['gradient_accumulation_steps'] * cfg['block_size']
-
-
 H100_MFU = 0.30   # vanilla 60M and 130M steps reached 30-35% of the H100's bf16 peak (docs/performance.md)
 RUN_OVERHEAD_S = 90   # compilation, the final evaluation, analyze.py and eval_quant.py of one run
 
@@ -266,26 +260,6 @@ def expected_seconds(run):
 
 
 CPU_ROW_OVERHEAD_S = 300   # a laptop row's compilation, evaluations and probes, analyze.py and eval_quant.py's passes
-
-
-def iters_left(run):
-    """The steps a row has still to train (all of them before its first step, none once finished)."""
-    c = run.cfg
-    return max(0, c['max_iters'] - run_state(c['out_dir'], c['max_iters'])['iter'])
-
-
-def step_work(cfg):
-    """The work of one training step, in tokens at the speed of fused attention: tokens_per_iter, twice for eager
-    attention (attention.EAGER: the T x T matrix, about half the speed). The unit of the ETAs and of the order of a
-    sweep's rows."""
-    from attention import EAGER
-    return tokens_per_iter(cfg) * (2 if cfg['attn'] in EAGER else 1)
-
-
-def work_left(run):
-    """A row's training still to do (step_work units): the order of a sweep's rows, the most work first, so that the
-    rows still training at the end are short ones."""
-    return iters_left(run) * step_work(run.cfg)
 
 
 def describe(runs, scale: Scale, jobs=1):
@@ -482,23 +456,6 @@ def execute(run, scale, nproc, env, echo, chain=Chain()):
     return 'done'
 
 
-def headline(run):
-    """What a finished row measured, for the sweep's [done] line: analysis.json's perplexity, the first token's and
-    the other tokens' kurtosis and %First Attn, and quant.json's Δ under coarse (W8A8 per tensor) where measured;
-    '' when there is no analysis."""
-    a = read_json(Path(run.cfg['out_dir'], 'analysis.json'))
-    if value(a, 'ppl') is None:
-        return ''
-    parts = [f"PPL {a['ppl']:.3f}"] + [f"{label} {a[key]:.{digits}f}" for key, label, digits in (
-        ('kurtosis_first', 'E_m[κ_m,1]', 2), ('kurtosis_rest', 'E_m[κ_m,>1]', 2), ('first_attn_argmax', '%First', 3))
-        if value(a, key) is not None]
-    models = read_json(Path(run.cfg['out_dir'], 'quant.json'))
-    models = models.get('models') if isinstance(models, dict) else None
-    coarse = value(models[0].get('delta'), 'coarse') if isinstance(models, list) and models and isinstance(
-        models[0], dict) else None
-    return ', '.join(parts + ([f"Δ coarse {coarse:+.3f}"] if coarse is not None else []))
-
-
 _SAY = threading.Lock()
 
 
@@ -568,7 +525,7 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
                                                         for r in todo for w in [step_work(r.cfg)]])
                 when = (duration(eta) if eta < float('inf') else
                         f"not known until {ETA_MIN_TRAINED:.0%} of the iterations are trained")
-                measured = headline(run)
+                measured = report.headline(run.cfg['out_dir'])
                 say(f"[done {len(finished)}/{len(todo)}] {run.name} in {duration(time.time() - t)}"
                     f"{': ' + measured if measured else ''}; elapsed {duration(time.time() - t0)}, ETA {when}")
         except SweepError as e:

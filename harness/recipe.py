@@ -122,6 +122,31 @@ def remaining_time(elapsed, progress):
     return elapsed * left / trained if trained and trained >= ETA_MIN_TRAINED * (trained + left) else float('inf')
 
 
+def tokens_per_iter(cfg):
+    """Tokens one optimiser step of a config trains: batch x accumulation x block."""
+    return cfg['batch_size'] * cfg['gradient_accumulation_steps'] * cfg['block_size']
+
+
+def iters_left(run):
+    """The steps a row has still to train (all of them before its first step, none once finished)."""
+    c = run.cfg
+    return max(0, c['max_iters'] - run_state(c['out_dir'], c['max_iters'])['iter'])
+
+
+def step_work(cfg):
+    """The work of one training step, in tokens at the speed of fused attention: tokens_per_iter, twice for eager
+    attention (attention.EAGER: the T x T matrix, about half the speed). The unit of the ETAs and of the order of a
+    sweep's rows."""
+    from attention import EAGER
+    return tokens_per_iter(cfg) * (2 if cfg['attn'] in EAGER else 1)
+
+
+def work_left(run):
+    """A row's training still to do (step_work units): the order of a sweep's rows, the most work first, so that the
+    rows still training at the end are short ones."""
+    return iters_left(run) * step_work(run.cfg)
+
+
 def stopped_by(returncode):
     """The signal that stopped a command, from its exit code, or None: train.py exits 128 + the signal's number after
     writing its checkpoint (130 for SIGINT, 143 for SIGTERM, as a shell reports a process a signal ended), and

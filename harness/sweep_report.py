@@ -5,10 +5,11 @@ serves); results are read from its folder (analysis.json, quant.json, log.jsonl'
 import json
 import os
 import sys
+from pathlib import Path
 
 from harness import provenance
-from harness.claims import bits_table, claim_lines, quant_separation, spread_lines, table5_claims
-from harness.fileio import atomic_write, write_json
+from harness.claims import bits_table, claim_lines, quant_separation, spread_lines, table5_claims, value
+from harness.fileio import atomic_write, read_json, write_json
 from harness.paper_tables import TABLES
 from harness.recipe import LAPTOP_AS_WRITTEN, check_goal, check_laptop_goal, goal_text, laptop_measures, run_state
 
@@ -238,3 +239,20 @@ def pair_goal(found, laptop, quant):
             print('\n'.join(lines))
             ok = ok and bool(separated)
     return ok
+
+
+def headline(run_dir):
+    """What a finished row (its folder) measured, for the sweep's [done] line: analysis.json's perplexity, the first
+    token's and the other tokens' kurtosis and %First Attn, and quant.json's Δ under coarse (W8A8 per tensor) where
+    measured; '' when there is no analysis."""
+    a = read_json(Path(run_dir, 'analysis.json'))
+    if value(a, 'ppl') is None:
+        return ''
+    parts = [f"PPL {a['ppl']:.3f}"] + [f"{label} {a[key]:.{digits}f}" for key, label, digits in (
+        ('kurtosis_first', 'E_m[κ_m,1]', 2), ('kurtosis_rest', 'E_m[κ_m,>1]', 2), ('first_attn_argmax', '%First', 3))
+        if value(a, key) is not None]
+    models = read_json(Path(run_dir, 'quant.json'))
+    models = models.get('models') if isinstance(models, dict) else None
+    coarse = value(models[0].get('delta'), 'coarse') if isinstance(models, list) and models and isinstance(
+        models[0], dict) else None
+    return ', '.join(parts + ([f"Δ coarse {coarse:+.3f}"] if coarse is not None else []))

@@ -267,8 +267,8 @@ def test_a_sweep_starts_the_rows_with_the_most_training_left_first(tmp_path, mon
 
     runs = [row('a_softmax_4000', 4000), row('b_clipped_4000', 4000, 'clipped'), row('c_resumed', 8000, done=5000),
             row('d_softmax_8000', 8000)]
-    assert [reproduce.iters_left(r) for r in runs] == [4000, 4000, 3000, 8000]
-    assert [reproduce.work_left(r) for r in runs] == [4000 * 4096, 8000 * 4096, 3000 * 4096, 8000 * 4096]
+    assert [recipe.iters_left(r) for r in runs] == [4000, 4000, 3000, 8000]
+    assert [recipe.work_left(r) for r in runs] == [4000 * 4096, 8000 * 4096, 3000 * 4096, 8000 * 4096]
     started = []
     monkeypatch.setattr(reproduce, 'status', lambda run, scale: 'todo')
     monkeypatch.setattr(reproduce, 'execute', lambda run, *a, **k: started.append(run.name))
