@@ -54,8 +54,8 @@ from harness.dataset import load_meta, prepare_bigram_backcopy, resolve_dataset
 from harness.entry import run_script, start_child, stopping
 from harness.fileio import PrepareError, atomic_write, check_output, duration, number, path_arg, write_json
 from harness.paper_tables import TABLES
-from harness.recipe import (ETA_MIN_TRAINED, iters_left, pack_runs, remaining_time, run_state, step_work,
-                            stopped_by, tokens_per_iter, work_left)
+from harness.recipe import (ETA_MIN_TRAINED, pack_runs, remaining_time, run_state, step_work, stopped_by,
+                            tokens_per_iter, trained_iters, work_left)
 from harness.scales import SCALES, Scale, scaled_overrides
 from pinned_corpus.build import CorpusError, find_archive
 from pinned_corpus.prepare import prepare_bb_shakespeare, prepare_pinned
@@ -247,7 +247,6 @@ def expected_seconds(run):
     """One run's expected wall time on one H100: its training FLOPs at H100_MFU, eager attention (attention.EAGER:
     the T x T matrix) at half that, plus RUN_OVERHEAD_S."""
     import torch
-    from attention import EAGER
     from model import GPT, GPTConfig
     from harness.train_config import MODEL_KEYS
     vocab = load_meta(data_dir(run.cfg['dataset']))['vocab_size']
@@ -256,7 +255,7 @@ def expected_seconds(run):
     c = run.cfg
     tokens = c['max_iters'] * tokens_per_iter(c)
     rate = H100_MFU * 989e12 / model.flops_per_token(c['block_size'])
-    return tokens / rate * (2 if c['attn'] in EAGER else 1) + RUN_OVERHEAD_S, tokens
+    return tokens / rate * step_work(c) / tokens_per_iter(c) + RUN_OVERHEAD_S, tokens
 
 
 CPU_ROW_OVERHEAD_S = 300   # a laptop row's compilation, evaluations and probes, analyze.py and eval_quant.py's passes
@@ -264,17 +263,21 @@ CPU_ROW_OVERHEAD_S = 300   # a laptop row's compilation, evaluations and probes,
 
 def describe(runs, scale: Scale, jobs=1):
     """The data, tokens per run and (for scales that say) the expected wall time, printed first: on one H100, or on
-    the CPU at the scale's measured speed (eager attention at half of it), `jobs` rows at a time."""
+    the CPU at the scale's measured speed (eager attention weighed by Scale.eager_cost), `jobs` rows at a time."""
     data = dict.fromkeys(r.cfg['dataset'] for r in runs)
     lines = [f"data: {', '.join(data_dir(d) for d in data)}"]
     todo = [r for r in runs if status(r, scale) == 'todo']
     if scale.cpu_tokens_per_s:
-        left = {r.name: iters_left(r) * tokens_per_iter(r.cfg) for r in todo}
-        secs = sum(work_left(r) / scale.cpu_tokens_per_s + CPU_ROW_OVERHEAD_S for r in todo)
+        trained = {r.name: trained_iters(r) for r in todo}   # one read of each row's log
+        left = {r.name: max(0, r.cfg['max_iters'] - trained[r.name]) * tokens_per_iter(r.cfg) for r in todo}
+        secs = sum(work_left(r.cfg, trained[r.name], scale.eager_cost) / scale.cpu_tokens_per_s + CPU_ROW_OVERHEAD_S
+                   for r in todo)
+        eager = ('measured at the same speed' if scale.eager_cost == 1 else
+                 f'assumed at 1/{scale.eager_cost:g} of that')
         lines.append(f"expected wall time: ~{duration(secs / max(1, min(jobs, len(todo) or 1)))} for the {len(todo)} "
                      f"run(s) to do, {jobs} at a time ({sum(left.values()) / 1e6:,.1f} M tokens at "
                      f"{scale.cpu_tokens_per_s:,.0f} tokens/s a row as measured on a 2-core Xeon without bf16 units, "
-                     f"eager attention assumed at half that; +{CPU_ROW_OVERHEAD_S} s a row)")
+                     f"eager attention {eager}; +{CPU_ROW_OVERHEAD_S} s a row)")
     if not scale.expected:
         return lines
     try:
@@ -494,11 +497,12 @@ def _subprocess(run, step, cmd, env, echo):
 
 
 def run_all(runs, scale, nproc, jobs, chain=Chain()):
-    todo = sorted((r for r in runs if status(r, scale) == 'todo'), key=lambda r: -work_left(r))   # the most work first
+    todo = [r for r in runs if status(r, scale) == 'todo']
+    start = {r.name: trained_iters(r) for r in todo}   # resumed rows: one read of each row's log
+    todo.sort(key=lambda r: -work_left(r.cfg, start[r.name], scale.eager_cost))   # the most work first
     print(f"{len(runs)} runs, {len(runs) - len(todo)} done, {len(todo)} to do"
           + (f", {jobs} at a time" if jobs > 1 and todo else ''), file=sys.stderr)
     t0, lock, failures, finished = time.time(), threading.Lock(), [], []
-    start = {r.name: run_state(r.cfg['out_dir'], r.cfg['max_iters'])['iter'] for r in todo}   # resumed rows
     slots = list(range(jobs))
 
     def one(run):
@@ -519,10 +523,9 @@ def run_all(runs, scale, nproc, jobs, chain=Chain()):
                 return
             with lock:
                 finished.append(run)
-                now = {r.name: r.cfg['max_iters'] if r in finished else
-                       run_state(r.cfg['out_dir'], r.cfg['max_iters'])['iter'] for r in todo}
+                now = {r.name: r.cfg['max_iters'] if r in finished else trained_iters(r) for r in todo}
                 eta = remaining_time(time.time() - t0, [(start[r.name] * w, r.cfg['max_iters'] * w, now[r.name] * w)
-                                                        for r in todo for w in [step_work(r.cfg)]])
+                                                        for r in todo for w in [step_work(r.cfg, scale.eager_cost)]])
                 when = (duration(eta) if eta < float('inf') else
                         f"not known until {ETA_MIN_TRAINED:.0%} of the iterations are trained")
                 measured = report.headline(run.cfg['out_dir'])

@@ -127,24 +127,24 @@ def tokens_per_iter(cfg):
     return cfg['batch_size'] * cfg['gradient_accumulation_steps'] * cfg['block_size']
 
 
-def iters_left(run):
-    """The steps a row has still to train (all of them before its first step, none once finished)."""
-    c = run.cfg
-    return max(0, c['max_iters'] - run_state(c['out_dir'], c['max_iters'])['iter'])
+def trained_iters(run):
+    """The steps a row has trained so far (0 before its first checkpoint, its max_iters once finished): read once per
+    row by a sweep, for its order, its ETA and the tokens it has left."""
+    return run_state(run.cfg['out_dir'], run.cfg['max_iters'])['iter']
 
 
-def step_work(cfg):
-    """The work of one training step, in tokens at the speed of fused attention: tokens_per_iter, twice for eager
-    attention (attention.EAGER: the T x T matrix, about half the speed). The unit of the ETAs and of the order of a
-    sweep's rows."""
+def step_work(cfg, eager_cost=2.0):
+    """The work of one training step, in tokens at the speed of fused attention: tokens_per_iter, times eager_cost for
+    eager attention (attention.EAGER: the T x T matrix; about half the speed on a GPU, the same at the laptop scale's
+    T = 256 on a CPU: Scale.eager_cost). The unit of the ETAs and of the order of a sweep's rows."""
     from attention import EAGER
-    return tokens_per_iter(cfg) * (2 if cfg['attn'] in EAGER else 1)
+    return tokens_per_iter(cfg) * (eager_cost if cfg['attn'] in EAGER else 1)
 
 
-def work_left(run):
-    """A row's training still to do (step_work units): the order of a sweep's rows, the most work first, so that the
-    rows still training at the end are short ones."""
-    return iters_left(run) * step_work(run.cfg)
+def work_left(cfg, trained, eager_cost=2.0):
+    """A row's training still to do (step_work units) after `trained` steps: the order of a sweep's rows, the most
+    work first, so that the rows still training at the end are short ones."""
+    return max(0, cfg['max_iters'] - trained) * step_work(cfg, eager_cost)
 
 
 def stopped_by(returncode):

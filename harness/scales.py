@@ -9,6 +9,9 @@ from harness.recipe import PILOT_KEYS, gpu_rows, laptop_rows
 # one laptop row's training speed, fp32 compiled on one thread with another row beside it (2026-11-29, the 2-core Ice
 # Lake Xeon without bf16 units; alone 4,750): what the laptop scale's expected wall time is computed from
 LAPTOP_TOKENS_PER_S = 4_200
+# a laptop step of eager attention (clipped, sigmoid) costs what a fused one does: T = 256 on the CPU, where the
+# compiled SDPA is no flash kernel (2026-11-29, two rows side by side: clipped 4,490 and sigmoid 4,397 tokens/s)
+LAPTOP_EAGER_COST = 1.0
 # the laptop scale's quantisation: Table 3's four schemes and the per-tensor ones at 4 to 7 bits (coarse = coarse8)
 LAPTOP_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4') + tuple(
     f'{family}{bits}' for family in ('coarse', 'moderate') for bits in (4, 5, 6, 7))
@@ -32,6 +35,7 @@ class Scale:
     quant_tables: tuple = ()       # tables whose every row is quantised at this scale (else: those with quant columns)
     quant_schemes: tuple = ()      # eval_quant.py's schemes at this scale (empty: its default, Table 3's four)
     cpu_tokens_per_s: float = 0    # a CPU row's measured training speed: the wall time is estimated at the start
+    eager_cost: float = 2.0        # a step of eager attention (attention.EAGER) against a fused one: the ETAs' weight
 
 
 SCALES = {
@@ -66,7 +70,7 @@ SCALES = {
         "configs are written (config/bb/, config/laptop/)",
         row_overrides=laptop_rows, max_docs=200, batch_size=1, row_steps=False,
         quant_tables=('table2', 'table3', 'table5', 'mitigations', 'spread'), quant_schemes=LAPTOP_SCHEMES,
-        cpu_tokens_per_s=LAPTOP_TOKENS_PER_S),
+        cpu_tokens_per_s=LAPTOP_TOKENS_PER_S, eager_cost=LAPTOP_EAGER_COST),
     'smoke': Scale(
         "seconds, for the tests: 1 layer, 1 head of 64, sequences of 16, 4 iterations",
         depth=0.01, width=0.01, seq=1 / 16, iters=4, warmup=0.25,

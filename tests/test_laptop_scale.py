@@ -253,9 +253,9 @@ def test_a_measurement_of_a_val_split_that_changed_is_measured_again(tmp_path, m
 
 
 def test_a_sweep_starts_the_rows_with_the_most_training_left_first(tmp_path, monkeypatch):
-    """run_all's order: the tokens each row has left, twice for eager attention (half the speed), most first, so that
-    the rows still training when the other slot has nothing left are short ones. A row resumed at 5,000 of 8,000
-    steps has 3,000 left; a 4,000-step row of clipped softmax weighs as 8,000 of softmax."""
+    """run_all's order: the tokens each row has left, eager attention weighed by the scale's eager_cost (2 on a GPU,
+    1 at the laptop scale, where it was measured at the same speed), most first, so that the rows still training when
+    the other slot has nothing left are short ones. A row resumed at 5,000 of 8,000 steps has 3,000 left."""
     def row(name, iters, attn='softmax', done=0):
         out = tmp_path / name
         out.mkdir()
@@ -267,13 +267,16 @@ def test_a_sweep_starts_the_rows_with_the_most_training_left_first(tmp_path, mon
 
     runs = [row('a_softmax_4000', 4000), row('b_clipped_4000', 4000, 'clipped'), row('c_resumed', 8000, done=5000),
             row('d_softmax_8000', 8000)]
-    assert [recipe.iters_left(r) for r in runs] == [4000, 4000, 3000, 8000]
-    assert [recipe.work_left(r) for r in runs] == [4000 * 4096, 8000 * 4096, 3000 * 4096, 8000 * 4096]
-    started = []
+    assert [recipe.trained_iters(r) for r in runs] == [0, 0, 5000, 0]
+    assert [recipe.work_left(r.cfg, recipe.trained_iters(r)) for r in runs] == [4000 * 4096, 8000 * 4096,
+                                                                                3000 * 4096, 8000 * 4096]
     monkeypatch.setattr(reproduce, 'status', lambda run, scale: 'todo')
-    monkeypatch.setattr(reproduce, 'execute', lambda run, *a, **k: started.append(run.name))
-    assert reproduce.run_all(runs, reproduce.SCALES['laptop'], 1, 1) == []
-    assert started == ['b_clipped_4000', 'd_softmax_8000', 'a_softmax_4000', 'c_resumed']
+    for scale, order in [('gpu', ['b_clipped_4000', 'd_softmax_8000', 'a_softmax_4000', 'c_resumed']),
+                         ('laptop', ['d_softmax_8000', 'a_softmax_4000', 'b_clipped_4000', 'c_resumed'])]:
+        started = []
+        monkeypatch.setattr(reproduce, 'execute', lambda run, *a, **k: started.append(run.name))
+        assert reproduce.run_all(runs, reproduce.SCALES[scale], 1, 1) == []
+        assert started == order, scale
 
 
 def test_a_rows_done_line_says_what_it_measured(tmp_path, monkeypatch, capsys):
