@@ -68,9 +68,10 @@ def render(name, runs, scale_name, scale, out='.'):
         paper = dict(zip([c[2] for c in table.columns if c[4]], row.paper))
         cells = list(row.labels)
         for col, _, key, fmt, in_paper in table.columns:
-            cells.append(cell(ours[key], fmt))
+            ours_fmt, paper_fmt = fmt if isinstance(fmt, tuple) else (fmt, fmt)
+            cells.append(cell(ours[key], ours_fmt))
             if in_paper:
-                cells.append(cell(paper[key], fmt))
+                cells.append(cell(paper[key], paper_fmt))
         state = run_state(run.cfg['out_dir'], run.cfg['max_iters'])
         if state['state'] == 'diverged':   # reported, never dropped: its cells are what was measured before (if any)
             e = state['event']

@@ -365,6 +365,18 @@ def test_render_names_a_truncated_analysis_json_and_renders_the_other_rows(tmp_p
     assert [r['ours'].get('ppl') for r in doc['rows']] == [None, 11.0]
 
 
+def test_table5_prints_our_perplexity_to_three_decimals_beside_the_papers_one(tmp_path, capsys):
+    """At the laptop scale the rows' PPL is ~2.8: to one decimal (the paper's 26.9) vanilla's 2.767 and OrthoAdam's
+    2.790 would read the same, so our column keeps three and the paper's its one."""
+    scale = reproduce.SCALES['smoke']
+    (run,) = reproduce.plan(['table5'], scale, str(tmp_path), ['01_biases'])
+    os.makedirs(run.cfg['out_dir'])
+    with open(os.path.join(run.cfg['out_dir'], 'analysis.json'), 'w') as f:
+        json.dump({'ppl': 2.7671, 'kurtosis_rest': 6.444, 'first_attn_argmax': 0.20263, 'max_abs_rest': 12.34}, f)
+    md, _ = sweep_report.render('table5', [run], 'smoke', scale)
+    assert '| ✓ | Absolute | LayerNorm | Adam | ✗ | 2.767 | 26.9 | 6.4 | 291.7 | 0.203 | 0.333 | 12.3 | 1675.9 |' in md
+
+
 def test_eval_quant_checks_ckpt_as_analyze_does(tmp_path, capsys):
     (tmp_path / 'best.pt').write_bytes(b'')
     with pytest.raises(SystemExit) as e:
