@@ -5,6 +5,7 @@
     python eval_quant.py --init_from model.Q4_1.gguf --data data/offline_smollm2 --max_docs 200   # a GGUF file
     python eval_quant.py --ckpt out/main/ckpt.pt --data data/offline --max_docs 200
     python eval_quant.py --ckpt out/main/ckpt.pt --schemes fine,fine_channel,absmax4,zeropoint3g64
+    python eval_quant.py --ckpt out/main --schemes coarse6 --full_precision '*.mlp.c_proj'   # which layers cost
     python eval_quant.py --table out/quant_130m.json out/quant_350m.json            # runs side by side, Markdown
 
 Quantisation is simulated: a tensor is quantised to integer codes and dequantised straight back to float.
@@ -37,6 +38,10 @@ Per-tensor and per-channel activation scales span one forward pass, i.e. the --b
 batch (their real tokens: padding is ignored; a batch holds documents of similar length, see analyze.py);
 per-token scales do not depend on the batch.
 
+--full_precision PATTERNS (comma-separated, shell-style, matched against module names such as
+transformer.h.0.mlp.c_proj) leaves the matching layers in full precision: which layers a scheme's penalty comes
+from. Every pattern must match a quantisable layer.
+
 The LM head is not quantised unless --lm_head: in our models and GPT-2 it is the token embedding matrix
 (tied), and the paper keeps embeddings in full precision. With --lm_head a tied head gets a private quantised
 copy and the embedding stays exact. Memory: at most one extra copy of the quantised weights (the originals, on
@@ -48,7 +53,7 @@ Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdo
 
 --json PATH: {"format": 1, "schemes": [names], "lm_head": bool, "models": [{"model" (the --ckpt/--init_from
 spec), "label", "kind" ("ours" | "hf"), "config" (as analyze.py: model_args or HF config, n_params, optimizer,
-...), "quantised_layers": [module names], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
+...), "quantised_layers": [module names], "full_precision": [--full_precision's patterns], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
 "seconds": {"full", <scheme>}, "inputs": {"per_layer": {name: {"max_abs", "median_abs",
 "max_over_median"}}, "max_over_median_max", "layer" (the layer of that maximum), "max_over_median_mean", "residual":
 {the same three over the layers that read the normalised residual stream: RESIDUAL_READERS}} (each quantised layer's
@@ -63,6 +68,7 @@ from harness.entry import early_exit_on_signal   # first: a signal while torch l
 early_exit_on_signal(__name__)
 
 import argparse
+import fnmatch
 import json
 import math
 import re
@@ -219,6 +225,19 @@ def quantisable_layers(model, lm_head=False):
     return [(n, m) for n, m in model.named_modules() if is_linear(m) and (lm_head or m is not head)]
 
 
+def keep_full_precision(layers, patterns):
+    """layers without the ones a pattern of `patterns` (shell-style, on the module name) names; each pattern must name
+    one, and one layer must be left to quantise."""
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n, _ in layers):
+            raise ValueError(f"--full_precision {pattern} matches none of the quantisable layers (such as "
+                             f"{', '.join(n for n, _ in layers[:3])}); use a pattern like '*.mlp.c_proj'")
+    left = [(n, m) for n, m in layers if not any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    if not left:
+        raise ValueError(f"--full_precision {','.join(patterns)} leaves no layer to quantise")
+    return left
+
+
 def check_groups(layers, group_sizes):
     for g in group_sizes:
         for name, m in layers:
@@ -337,12 +356,14 @@ def perplexity(lm, data_dir, max_docs, batch_size, device, batch, label):
     return (math.exp(mean) if mean < 700 else math.inf), docs, count      # exp overflows past ~709 nats
 
 
-def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False):
-    """Perplexity of one model in full precision and under each scheme; a JSON-ready dict."""
+def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False, full_precision=()):
+    """Perplexity of one model in full precision and under each scheme (the layers full_precision's patterns name
+    left unquantised); a JSON-ready dict."""
     meta = measure.check_data(data_dir, lm)
     layers = quantisable_layers(lm.model, lm_head)
     if not layers:
         raise ValueError(f"{lm.name} has no Linear or Conv1D layers to quantise")
+    layers = keep_full_precision(layers, full_precision)
     check_groups(layers, [group for _, group in schemes.values()])
     backup = backup_weights(lm.model, layers)
     batch, label = {'valid': None}, tables.run_label(lm.name)
@@ -358,7 +379,7 @@ def evaluate(lm, schemes, data_dir, max_docs, batch_size, device, lm_head=False)
                 ppl[name] = perplexity(lm, data_dir, max_docs, batch_size, device, batch, f"{label} {name}")[0]
         seconds[name] = round(time.time() - t0, 2)
     return dict(model=model_label(lm.name), label=label, kind=lm.kind, config=lm.config,
-                quantised_layers=[n for n, _ in layers],
+                quantised_layers=[n for n, _ in layers], full_precision=list(full_precision),
                 ppl=ppl, delta={s: ppl[s] - ppl['full'] for s in schemes}, seconds=seconds,
                 inputs=input_summary(stats),
                 data=dict(dir=portable_path(data_dir), val_sha256=measure.val_sha256(meta), tokenizer=meta['tokenizer'],
@@ -426,6 +447,8 @@ def main(argv=None):
     p.add_argument('--schemes', default=','.join(PAPER_SCHEMES), help=f"comma-separated, from {SCHEME_HELP} "
                    f"(default: {','.join(PAPER_SCHEMES)})")
     p.add_argument('--lm_head', action='store_true', help='also quantise the output head (default: full precision)')
+    p.add_argument('--full_precision', default='', metavar='PATTERNS', help="comma-separated shell-style patterns of "
+                   "layer names left in full precision, e.g. '*.mlp.c_proj' (default: none)")
     p.add_argument('--data', default=None, type=path_arg, help='prepared dataset folder (prepare_c4.py); its val '
                    'split is used '
                    '(default: a checkpoint\'s own training data, data/c4 for Hugging Face models)')
@@ -448,6 +471,7 @@ def main(argv=None):
         schemes = {s: parse_scheme(s) for s in dict.fromkeys(x.strip() for x in args.schemes.split(',') if x.strip())}
         if not schemes:
             raise ValueError(f"--schemes is empty; choose from {SCHEME_HELP}")
+        keep = tuple(dict.fromkeys(x.strip() for x in args.full_precision.split(',') if x.strip()))
         specs = args.ckpt + args.init_from
         if not specs:
             p.error('nothing to evaluate: give --ckpt PATH..., --init_from NAME... or --table JSON...')
@@ -470,14 +494,15 @@ def main(argv=None):
             data = args.data or lm.data or 'data/c4'
             lm = measure.choose_bos(lm, args.bos, measure.data_or_hint(data, spec if lm.kind == 'hf' else None))
             models.append(evaluate(lm, schemes, data, args.max_docs or None, args.batch_size, device,
-                                   args.lm_head))
+                                   args.lm_head, keep))
             del lm
             if args.json:
                 write_results(args.json, models, schemes, args.lm_head, device)
         d = models[0]['data']
         print(tables.text_table(*table(models, list(schemes))))
         print(f"{d['dir']} val: {d['documents']:,} documents, {d['predicted_tokens']:,} predicted tokens, "
-              f"batch size {args.batch_size}, LM head {'quantised' if args.lm_head else 'full precision'}; "
+              f"batch size {args.batch_size}, LM head {'quantised' if args.lm_head else 'full precision'}"
+              f"{', full precision: ' + ','.join(keep) if keep else ''}; "
               f"Δ = PPL_quant - PPL_full")
         if args.json:
             print(f'wrote {args.json}', file=sys.stderr)

@@ -268,6 +268,23 @@ def test_fine_is_nearly_lossless_and_planted_outliers_break_coarse_and_4bit(trai
     assert weights['zeropoint4'] > 1.5 * weights['full'] and weights['coarse'] > 3 * weights['full']
 
 
+def test_full_precision_layers_are_left_out_and_show_where_the_penalty_comes_from(trained, data):
+    """The planted outlier channel enters c_attn and c_fc: with those two left in full precision coarse int8 costs what
+    it costs the clean model (the other layers' inputs are unchanged), and the result names the layers it quantised."""
+    outlier = plant_outlier_channel(copy.deepcopy(trained), 3, 300.0)
+    lm = runs.LoadedModel('tiny', outlier, 'ours', None, 16, 64, dict(n_params=outlier.num_params()))
+    schemes = {'coarse': eq.parse_scheme('coarse')}
+    every = eq.evaluate(lm, schemes, data, 60, 8, 'cpu')
+    kept = eq.evaluate(lm, schemes, data, 60, 8, 'cpu', full_precision=('*.c_attn', '*.c_fc'))
+    clean = quant_ppl(trained, data, ['coarse'])
+    assert every['ppl']['coarse'] > 3 * every['ppl']['full']
+    assert kept['ppl']['full'] == every['ppl']['full']
+    assert abs(kept['ppl']['coarse'] - kept['ppl']['full']) < 0.03 * kept['ppl']['full']
+    assert abs(kept['delta']['coarse'] - (clean['coarse'] - clean['full'])) < 0.03 * clean['full']
+    assert kept['quantised_layers'] == [n for n in every['quantised_layers'] if n.endswith('c_proj')]
+    assert kept['full_precision'] == ['*.c_attn', '*.c_fc'] and every['full_precision'] == []
+
+
 @pytest.mark.slow   # a public model through transformers
 def test_conv1d_layers_of_transformers_gpt2(data):
     transformers = pytest.importorskip('transformers')
@@ -347,6 +364,8 @@ def test_cli_table_json_and_markdown(trained, data, tmp_path, capsys):
     (['--schemes', 'zeropoint12'], 'bit width 12 is not supported'),
     (['--schemes', 'absmax4g5'], 'group size 5 does not divide'),
     (['--data', 'no/such/dir'], 'is not a prepared dataset'),
+    (['--full_precision', '*.mlp.c_fc,*.wte'], "--full_precision *.wte matches none of the quantisable layers"),
+    (['--full_precision', 'transformer.*'], 'leaves no layer to quantise'),
     (['--table', 'missing.json'], 'no such file'),
     (['--table', os.path.join(os.path.dirname(__file__), 'conftest.py')], 'is not an eval_quant.py JSON file'),
     (['--json', os.path.join(os.path.dirname(__file__), 'conftest.py', 'q.json')], 'conftest.py is a file, not a folder'),
