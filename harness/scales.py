@@ -9,8 +9,8 @@ from harness.recipe import PILOT_KEYS, gpu_rows, laptop_rows
 # one laptop row's training speed, fp32 compiled on one thread with another row beside it (2026-11-29, the 2-core Ice
 # Lake Xeon without bf16 units; alone 4,750): what the laptop scale's expected wall time is computed from
 LAPTOP_TOKENS_PER_S = 4_200
-# a laptop step of eager attention (clipped, sigmoid) costs what a fused one does, as measured (2026-11-29, two rows
-# side by side: clipped 4,490 and sigmoid 4,397 tokens/s against the fused rows' 4,200-4,700)
+# a laptop step of eager attention costs about what a fused one does, as measured (2026-11-29, each beside another
+# row: clipped 4,490, sigmoid 4,397, softpick 3,875 tokens/s against the fused rows' 4,200-4,700)
 LAPTOP_EAGER_COST = 1.0
 # the laptop scale's quantisation: Table 3's four schemes and the per-tensor ones at 4 to 7 bits (coarse = coarse8)
 LAPTOP_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4') + tuple(
