@@ -53,7 +53,8 @@ Progress (docs/s, ETA) goes to stderr, the table (the layout of Table 3) to stdo
 
 --json PATH: {"format": 1, "schemes": [names], "lm_head": bool, "models": [{"model" (the --ckpt/--init_from
 spec), "label", "kind" ("ours" | "hf"), "config" (as analyze.py: model_args or HF config, n_params, optimizer,
-...), "quantised_layers": [module names], "full_precision": [--full_precision's patterns], "ppl": {"full", <scheme>: float}, "delta": {<scheme>: ppl - full},
+...), "quantised_layers": [module names], "full_precision": [--full_precision's patterns], "ppl": {"full",
+<scheme>: float}, "delta": {<scheme>: ppl - full},
 "seconds": {"full", <scheme>}, "inputs": {"per_layer": {name: {"max_abs", "median_abs",
 "max_over_median"}}, "max_over_median_max", "layer" (the layer of that maximum), "max_over_median_mean", "residual":
 {the same three over the layers that read the normalised residual stream: RESIDUAL_READERS}} (each quantised layer's
@@ -438,6 +439,11 @@ def read_runs(paths):
 
 # ----------------------------------------------------------------------------- command line
 
+def comma_list(text):
+    """The items of a comma-separated option, stripped, empty ones and repeats dropped, in order."""
+    return tuple(dict.fromkeys(x.strip() for x in text.split(',') if x.strip()))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('--ckpt', nargs='+', default=[], type=path_arg, metavar='PATH',
@@ -468,10 +474,10 @@ def main(argv=None):
             models, captions = read_runs(args.table)
             print(tables.markdown_table(*table(models)) + '\n\n' + '\n'.join(f'- {c}' for c in captions))
             return
-        schemes = {s: parse_scheme(s) for s in dict.fromkeys(x.strip() for x in args.schemes.split(',') if x.strip())}
+        schemes = {s: parse_scheme(s) for s in comma_list(args.schemes)}
         if not schemes:
             raise ValueError(f"--schemes is empty; choose from {SCHEME_HELP}")
-        keep = tuple(dict.fromkeys(x.strip() for x in args.full_precision.split(',') if x.strip()))
+        keep = comma_list(args.full_precision)
         specs = args.ckpt + args.init_from
         if not specs:
             p.error('nothing to evaluate: give --ckpt PATH..., --init_from NAME... or --table JSON...')
