@@ -72,6 +72,24 @@ def test_a_whole_row_name_selects_that_row_alone():
     assert reproduce.row_selected('table5/11_orthoadam', ['orthoadam'])
 
 
+def test_an_item_is_done_only_by_its_own_complete_window(tmp_path):
+    """The queue's next item: the laptop scale's rows carry the 60M rows' folder names, and a window cut short leaves
+    part of an item's files (a tests.log of half the suite); neither makes an item done. A committed
+    <item>.status.json whose "complete" is true does, in any results folder; a damaged one does not."""
+    def put(rel, text):
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    put('2026-11-28-laptop-bf16/runs/table2-gpt2_60m_vanilla/analysis.json', '{}')
+    put('w1/tests.log', '....')
+    put('w1/gpu_tests.status.json', json.dumps({'item': 'gpu_tests', 'complete': False}))
+    put('w1/s1oa_60m.status.json', '{"item": "s1oa_60m", "comp')
+    put('w2/vanilla_60m.status.json', json.dumps({'item': 'vanilla_60m', 'complete': True}))
+    done = gpu_queue.done_items(str(tmp_path))
+    assert [name for name, paths in done.items() if paths] == ['vanilla_60m']
+    assert done['vanilla_60m'] == [str(tmp_path / 'w2' / 'vanilla_60m.status.json')]
+
+
 def test_the_first_tests_are_the_ones_that_failed_on_the_h200():
     pytest.importorskip('triton', reason="the first tests include tests/test_flash_sink.py's, which needs triton")
     log = open(os.path.join(ROOT, 'docs', 'results', 'h200-2026-11-26', 'tests_gpu.log')).read()
