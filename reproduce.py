@@ -164,7 +164,7 @@ def plan(tables, scale: Scale, out, row_filter=(), dataset=None):
                 own = os.path.join(out, 'runs', run_name)
                 folder = own if existing.get(own) == key else next((f for f, k in existing.items() if k == key), own)
                 run.name = os.path.basename(folder)
-                run.overrides.append(f'--out_dir={folder}')
+                run.overrides.append(f'--out_dir={in_root(folder)}')
                 run.cfg['out_dir'] = folder
             run = by_identity.setdefault(key, run)
             if not any(r is run for r in runs):
@@ -404,23 +404,29 @@ def needs_fsdp(cfg, nproc):
     return nproc > 1 and block_params(cfg) >= FSDP_FROM_PARAMS
 
 
+def in_root(path):
+    """A path as a row's commands name it: they run in ROOT, so a path under ROOT is given relative to it and no file
+    a row writes (train.out, config.json, reproduce.json) names this machine's folders; a path elsewhere stays."""
+    rel = os.path.relpath(os.path.abspath(path), ROOT)
+    return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+
+
 def commands(run, scale: Scale, nproc):
-    d = run.cfg['out_dir']
+    d = in_root(run.cfg['out_dir'])
     launcher = [sys.executable] if nproc == 1 else [sys.executable, '-m', 'torch.distributed.run', '--standalone',
                                                     f'--nproc_per_node={nproc}']
-    ckpt, data = os.path.join(d, 'ckpt.pt'), data_dir(run.cfg['dataset'])
+    ckpt, data = os.path.join(d, 'ckpt.pt'), in_root(data_dir(run.cfg['dataset']))
     evaluation = ['--data', data, '--max_docs', str(scale.max_docs), '--batch_size', str(scale.batch_size)]
     if 'device' in scale.overrides:
         evaluation += ['--device', scale.overrides['device']]
-    cmds = [('train', launcher + [os.path.join(ROOT, 'train.py'), os.path.join(ROOT, 'config', f'{run.config}.py'),
-                                  *run.overrides, '--init_from=auto',
-                                  *(['--fsdp=True'] if needs_fsdp(run.cfg, nproc) else [])]),
-            ('analyze', [sys.executable, os.path.join(ROOT, 'analyze.py'), '--ckpt', ckpt, *evaluation,
+    cmds = [('train', launcher + ['train.py', os.path.join('config', f'{run.config}.py'), *run.overrides,
+                                  '--init_from=auto', *(['--fsdp=True'] if needs_fsdp(run.cfg, nproc) else [])]),
+            ('analyze', [sys.executable, 'analyze.py', '--ckpt', ckpt, *evaluation,
                          '--json', os.path.join(d, 'analysis.json')])]
     if run.quant:
         schemes = ['--schemes', ','.join(scale.quant_schemes)] if scale.quant_schemes else []
-        cmds.append(('quant', [sys.executable, os.path.join(ROOT, 'eval_quant.py'), '--ckpt', ckpt, *evaluation,
-                               *schemes, '--json', os.path.join(d, 'quant.json')]))
+        cmds.append(('quant', [sys.executable, 'eval_quant.py', '--ckpt', ckpt, *evaluation, *schemes,
+                               '--json', os.path.join(d, 'quant.json')]))
     return cmds
 
 
@@ -475,7 +481,7 @@ def _subprocess(run, step, cmd, env, echo):
     own error line (e.g. train.py's refusal of a resume with changed data)."""
     path, last, error = os.path.join(run.cfg['out_dir'], 'train.out'), time.time(), ''
     with open(path, 'a') as log:
-        log.write(f"$ {' '.join(cmd)}\n")
+        log.write(f"$ {' '.join('python' if a == sys.executable else a for a in cmd)}\n")   # no path of this machine
         log.flush()
         proc = start_child(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
         for line in proc.stdout:

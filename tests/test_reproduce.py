@@ -153,11 +153,34 @@ def test_smoke_sweep_trains_analyses_quantises_renders_and_skips_finished_runs(b
     evals = [json.loads(line) for line in open(os.path.join(runs, 'table5-01_biases', 'log.jsonl')) if '"eval"' in line]
     assert [e['iter'] for e in evals] == [0, 1, 2, 3, 4] and all(e['probe']['documents'] > 0 for e in evals)
 
+    first = open(os.path.join(runs, 'table5-01_biases', 'train.out')).readline()   # the interpreter's path is not kept
+    assert first.startswith('$ python train.py config/table5/01_biases.py ') and sys.executable not in first
+
     ckpt = os.path.join(runs, 'table5-01_biases', 'ckpt.pt')
     mtime = os.path.getmtime(ckpt)
     again = sweep(*args)
     assert again.returncode == 0 and '2 runs, 2 done, 0 to do' in again.stderr
     assert os.path.getmtime(ckpt) == mtime
+
+
+def test_a_rows_commands_name_no_folder_of_this_machine_under_the_repository(bb, tmp_path):
+    """The commands run in ROOT: under it, every path a row's commands (and so its train.out, config.json and
+    reproduce.json) name is relative to it, the same folder; an --out elsewhere keeps its own path."""
+    scale = reproduce.SCALES['smoke']
+    for out, under in ((os.path.join(ROOT, 'out', 'reproduce', 'smoke'), True), (str(tmp_path / 'smoke'), False)):
+        (run,) = reproduce.plan(['table5'], scale, out, ['01_biases'], bb)
+        assert os.path.isabs(run.cfg['out_dir'])   # reproduce.py's own view stays absolute
+        cmds = dict(reproduce.commands(run, scale, 1))
+        args = [a for cmd in cmds.values() for a in cmd[1:]]
+        assert cmds['train'][1:3] == ['train.py', os.path.join('config', 'table5', '01_biases.py')]
+        out_dir = next(a for a in cmds['train'] if a.startswith('--out_dir=')).split('=', 1)[1]
+        if under:
+            assert not any(ROOT in a for a in args)
+            assert out_dir == os.path.join('out', 'reproduce', 'smoke', 'runs', 'table5-01_biases')
+            assert os.path.join(ROOT, out_dir) == run.cfg['out_dir']
+        else:
+            assert out_dir == run.cfg['out_dir']
+            assert cmds['analyze'][cmds['analyze'].index('--ckpt') + 1] == os.path.join(out_dir, 'ckpt.pt')
 
 
 def test_a_changed_row_config_is_a_one_line_error_not_a_silent_reuse(bb, tmp_path):
