@@ -620,7 +620,8 @@ def main(argv=None):
         print('\n'.join(describe(runs, scale, args.jobs)), file=sys.stderr, flush=True)
         if args.dry_run:
             ensure_data(runs, dry_run=True)   # says which data is missing, prepares nothing
-            print(f"# the commands run in the repository's folder (cd {ROOT})")   # their paths are relative to it
+            print(f"the commands run in the repository's folder (cd {ROOT}): their paths are relative to it",
+                  file=sys.stderr)
             for run in runs:
                 state = status(run, scale)
                 for step, cmd in commands(run, scale, args.nproc):

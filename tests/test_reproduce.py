@@ -201,7 +201,7 @@ def test_dry_run_prints_torchrun_commands_and_unknown_rows_are_errors(tmp_path):
     assert not os.listdir(tmp_path)                   # nothing written, no figure either
     assert r.stdout.count('torch.distributed.run --standalone --nproc_per_node=8') == 2
     assert 'config/table2/gpt2_1.4b_s1oa.py' in r.stdout and '--init_from=auto' in r.stdout
-    assert f"(cd {ROOT})" in r.stdout and ' train.py config/table2/' in r.stdout   # the paths are relative to ROOT
+    assert f"(cd {ROOT})" in r.stderr and ' train.py config/table2/' in r.stdout   # the paths are relative to ROOT
     bad = sweep('table5', '--rows', 'nonesuch', '--dry_run', '--out', str(tmp_path))
     assert bad.returncode == 1 and 'matches no row' in bad.stderr
 
