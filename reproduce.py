@@ -556,6 +556,17 @@ def _cuda():
 
 
 # ----------------------------------------------------------------------------- command line
+def print_commands(runs, scale, args):
+    """--dry_run: which data is missing (nothing prepared), then each run's commands as they would run."""
+    ensure_data(runs, dry_run=True)
+    print(f"the commands run in the repository's folder (cd {ROOT}): their paths are relative to it", file=sys.stderr)
+    for run in runs:
+        state = status(run, scale)
+        for step, cmd in commands(run, scale, args.nproc):
+            cmd += [f'--max_minutes={args.job_minutes:g}'] if step == 'train' and args.job_minutes else []
+            print(f"# {run.name} ({state}) {step}\n{' '.join(cmd)}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('tables', nargs='+', choices=sorted(TABLES), metavar='TABLE',
@@ -619,15 +630,7 @@ def main(argv=None):
         runs = plan(args.tables, scale, out, args.rows, args.dataset)
         print('\n'.join(describe(runs, scale, args.jobs)), file=sys.stderr, flush=True)
         if args.dry_run:
-            ensure_data(runs, dry_run=True)   # says which data is missing, prepares nothing
-            print(f"the commands run in the repository's folder (cd {ROOT}): their paths are relative to it",
-                  file=sys.stderr)
-            for run in runs:
-                state = status(run, scale)
-                for step, cmd in commands(run, scale, args.nproc):
-                    cmd += [f'--max_minutes={args.job_minutes:g}'] if step == 'train' and args.job_minutes else []
-                    print(f"# {run.name} ({state}) {step}\n{' '.join(cmd)}")
-            return
+            return print_commands(runs, scale, args)
         failures = []
         todo = [r for r in runs if status(r, scale) == 'todo'] if args.scale in ('paper', 'gpu') else []
         est = {r.name: cpu_bound(r) for r in todo}   # rows sized for a CPU (the main job's) run at any scale
