@@ -12,8 +12,9 @@ LAPTOP_TOKENS_PER_S = 4_200
 # a laptop step of eager attention costs about what a fused one does, as measured (2026-11-29, each beside another
 # row: clipped 4,490, sigmoid 4,397, softpick 3,875 tokens/s against the fused rows' 4,200-4,700)
 LAPTOP_EAGER_COST = 1.0
-# the laptop scale's quantisation: Table 3's four schemes and the per-tensor ones at 4 to 7 bits (coarse = coarse8)
-LAPTOP_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4') + tuple(
+# the laptop and gpu scales' quantisation: Table 3's four schemes and the per-tensor ones at 4 to 7 bits (coarse =
+# coarse8), for the bits table and figure (a few seconds a row on a GPU)
+BITS_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4') + tuple(
     f'{family}{bits}' for family in ('coarse', 'moderate') for bits in (4, 5, 6, 7))
 
 
@@ -56,8 +57,10 @@ SCALES = {
         "(10 layers, 8 heads of 64); 32,768 tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 10,000 "
         "steps at 60M (0.33 B tokens), 4,000 at 130M (0.13 B), 3,000 for Table 5 and the mitigations (0.10 B; SGD "
         "rows 8x), 3,000 for the pilots (0.10 B); 6% warmup; C4 when data/c4 is prepared, else the pinned corpus's "
-        "archive subset (data/pinned_archive, NOT C4)",
+        "archive subset (data/pinned_archive, NOT C4); Tables 2 and 3's rows quantised with Table 3's schemes and "
+        "per-tensor absmax at 4 to 8 bits",
         row_overrides=gpu_rows, datasets=('c4', 'pinned_archive'), expected=True,
+        quant_tables=('table2', 'table3'), quant_schemes=BITS_SCHEMES,
         overrides=dict(dataset='pinned_archive', gradient_accumulation_steps=1, eval_tokens=131_072, compile=True),
         max_docs=300, batch_size=8),
     'laptop': Scale(
@@ -69,7 +72,7 @@ SCALES = {
         "pilot chose); Guo et al.'s Bigram-Backcopy table, the laptop pilots and the seed replicas as their "
         "configs are written (config/bb/, config/laptop/)",
         row_overrides=laptop_rows, max_docs=200, batch_size=1, row_steps=False,
-        quant_tables=('table2', 'table3', 'table5', 'mitigations', 'spread'), quant_schemes=LAPTOP_SCHEMES,
+        quant_tables=('table2', 'table3', 'table5', 'mitigations', 'spread'), quant_schemes=BITS_SCHEMES,
         cpu_tokens_per_s=LAPTOP_TOKENS_PER_S, eager_cost=LAPTOP_EAGER_COST),
     'smoke': Scale(
         "seconds, for the tests: 1 layer, 1 head of 64, sequences of 16, 4 iterations",

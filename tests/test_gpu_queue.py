@@ -62,6 +62,13 @@ def test_each_rows_item_trains_exactly_its_rows_with_the_recipe_and_the_probe(it
         assert (c['max_iters'], c['windows'], c['weight_decay'], c['dataset']) == (steps, windows, wd, 'pinned_archive')
         assert (c['eval_interval'], c['probe_interval'], c['probe_docs']) == (steps // 2, steps // probes, 32)
         assert c['batch_size'] * c['block_size'] == 32_768 and c['compile']
+        # every Table 2 / 3 row is quantised at 4 to 8 bits too (the bits table), the pilots only analysed
+        quant = dict(reproduce.commands(run, reproduce.SCALES['gpu'], 1)).get('quant')
+        if item.name == 'pilots':
+            assert quant is None
+        else:
+            schemes = quant[quant.index('--schemes') + 1].split(',')
+            assert {'coarse', 'moderate', 'fine', 'zeropoint4', 'coarse4', 'moderate4', 'coarse7'} <= set(schemes)
 
 
 def test_a_whole_row_name_selects_that_row_alone():

@@ -92,6 +92,9 @@ ITEMS = (
     Item('gpu_tests', "GPU correctness: the 7 tests that failed on the H200 (the fsdp=True one-rank NCCL test among "
          "them) first, then pytest -m gpu", 'tests', minutes=(8.0, 4.5),
          expect="the first tests ~2 min, pytest -m gpu with 8 workers ~3.5 min (H200: 200 s)"),
+    Item('vanilla_60m_bits', "Table 2's vanilla 60M row again, quantised at 4-8 bits as the softmax-1 + OrthoAdam row is "
+         "(vanilla_60m predates the bit widths; its checkpoint ended with its window)", 'rows', ('table2', 'table3'),
+         ('gpt2_60m_vanilla',), expect="as vanilla_60m"),
     Item('oa_60m', "Table 2's OrthoAdam-only 60M row", 'rows', ('table2',), ('gpt2_60m_oa',),
          expect="10,000 steps at ~0.80 M tokens/s"),
     Item('s1_60m', "Table 2's softmax-1-only 60M row", 'rows', ('table2',), ('gpt2_60m_s1',),
@@ -571,11 +574,10 @@ def done_items(results=os.path.join(ROOT, 'docs', 'results')):
         for path in sorted(glob.glob(os.path.join(glob.escape(results), '*', f'{item.name}.status.json'))):
             try:
                 with open(path) as f:
-                    complete = json.load(f).get('complete') is True
-            except (OSError, ValueError, AttributeError):
-                complete = False
-            if complete:
-                done[item.name].append(path)
+                    if json.load(f).get('complete') is True:
+                        done[item.name].append(path)
+            except (OSError, ValueError, AttributeError):   # unreadable, damaged or not an object: not done
+                pass
     return done
 
 
