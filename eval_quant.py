@@ -82,7 +82,7 @@ import torch.nn as nn
 
 from harness import devices, measure, provenance, runs, tables
 from harness.entry import run_script
-from harness.fileio import check_output, integer, model_label, path_arg, portable_path, write_json
+from harness.fileio import check_output, comma_list, integer, model_label, path_arg, portable_path, write_json
 
 PAPER_SCHEMES = ('coarse', 'moderate', 'fine', 'zeropoint4')     # the column order of Table 3
 
@@ -438,11 +438,6 @@ def read_runs(paths):
 
 
 # ----------------------------------------------------------------------------- command line
-
-def comma_list(text):
-    """The items of a comma-separated option, stripped, empty ones and repeats dropped, in order."""
-    return tuple(dict.fromkeys(x.strip() for x in text.split(',') if x.strip()))
-
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawTextHelpFormatter)

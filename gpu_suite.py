@@ -51,7 +51,7 @@ import xml.etree.ElementTree as ET
 
 from harness import bench_report
 from harness.entry import run_script, start_child, stop_child
-from harness.fileio import atomic_write, check_output, integer, path_arg, write_json
+from harness.fileio import atomic_write, check_output, comma_list, integer, path_arg, write_json
 from pinned_corpus.build import ARCHIVE_FILE, find_archive
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -283,7 +283,7 @@ def main(argv=None):
     p.add_argument('--timeout', type=integer, default=300, help="seconds allowed to each part (a part's "
                    "subprocesses share it): the default fits a ten-minute call of a lent GPU")
     args = p.parse_args(argv)
-    parts = [s for s in args.parts.split(',') if s]
+    parts = comma_list(args.parts)
     if not parts or any(s not in PARTS for s in parts):
         p.error(f"--parts={args.parts!r}: allowed a comma-separated subset of {','.join(PARTS)}")
     for key in ('train_iters', 'eval_tokens', 'analyze_docs', 'nproc', 'timeout'):

@@ -57,7 +57,7 @@ import torch
 
 from harness import devices, measure, runs, tables
 from harness.entry import run_script
-from harness.fileio import check_output, integer, model_label, path_arg, write_json
+from harness.fileio import check_output, comma_list, integer, model_label, path_arg, write_json
 from model import GPT
 
 INTERVENTIONS = ('none', 'zero', 'mean', 'zero_random', 'mask_first_key')
@@ -246,7 +246,7 @@ def main(argv=None):
                    help='write the results of all models to PATH (format: see above)')
     args = p.parse_args(argv)
     try:
-        names = [x.strip() for x in args.interventions.split(',') if x.strip()]
+        names = list(comma_list(args.interventions))
         unknown = [x for x in names if x not in INTERVENTIONS]
         if unknown or not names:
             raise ValueError(f"--interventions {args.interventions!r}: unknown {', '.join(unknown) or '(empty)'}; "

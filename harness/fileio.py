@@ -467,6 +467,13 @@ def _whole(text):
     return int(value) if value == int(value) else None
 
 
+def comma_list(text):
+    """The items of a comma-separated option, in order, each stripped, empty ones and repeats dropped:
+    ' a, b,,a' -> ('a', 'b'). The options that name things to run (--schemes, --interventions, --parts) read
+    their lists this way, so a space after a comma or a name given twice changes nothing."""
+    return tuple(dict.fromkeys(x.strip() for x in text.split(',') if x.strip()))
+
+
 def path_arg(text):
     """An argparse `type` for a path option: an empty one (an unset shell variable: --out_dir "$UNSET") is
     argparse's one-line error naming the option, not the default."""

@@ -260,7 +260,8 @@ def test_cli_errors_are_one_line(args, message, docs_dir, tmp_path):
 
 def test_cli_on_checkpoints_prints_the_table_and_the_channels(docs_dir, tmp_path, capsys):
     a, b = write_checkpoint(str(tmp_path / 'base')), write_checkpoint(str(tmp_path / 's1'), attn='softmax1', seed=1)
-    intervene.main(['--ckpt', a, b, '--data', docs_dir, '--k', '1', '--interventions', 'zero,mask_first_key'])
+    # a space after a comma and a name given twice change nothing (fileio.comma_list)
+    intervene.main(['--ckpt', a, b, '--data', docs_dir, '--k', '1', '--interventions', 'zero, mask_first_key,zero'])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:4] == ['Model', 'Intervention', 'PPL', 'ΔPPL']
     assert [line.split()[:2] for line in lines[2:8]] == [['base', 'none'], ['base', 'zero'], ['base', 'mask_first_key'],

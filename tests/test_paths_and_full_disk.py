@@ -255,6 +255,14 @@ def test_number_accepts_finite_values_in_range_only(kind, low, high, text, ok):
         fileio.number(float, 0, low_open=True)('0')
 
 
+@pytest.mark.parametrize('text, items', [
+    ('coarse', ('coarse',)), (' a, b,,a ', ('a', 'b')), ('b,a', ('b', 'a')), (',, ,', ()), ('', ()),
+    ('x y,z', ('x y', 'z'))])
+def test_comma_list_strips_drops_empties_and_repeats_and_keeps_the_order(text, items):
+    from harness import fileio
+    assert fileio.comma_list(text) == items
+
+
 # ----------------------------------------------------------------------------- a full disk
 def full_disk(*args, **kwargs):
     raise RuntimeError('[enforce fail at inline_container.cc:664] . unexpected pos 1728 vs 1664')
