@@ -95,10 +95,15 @@ def unpack(src, into, runs_here, program):
                               f"{os.path.join(into, target)}; nothing was unpacked: copy the files without "
                               f"{twin} and unpack the copy")
     clash = [os.path.join(into, t) for t in targets.values() if os.path.lexists(os.path.join(into, t))]
-    clash += [os.path.join(d, p[:-len('.tar.gz')]) for p in packs for d in (os.path.join(into, 'runs'), runs_here)
-              if os.path.lexists(os.path.join(d, p[:-len('.tar.gz')]))]
+    clash += [os.path.join(into, 'runs', p[:-len('.tar.gz')]) for p in packs
+              if os.path.lexists(os.path.join(into, 'runs', p[:-len('.tar.gz')]))]
     if clash:
         raise UnpackError(f"{clash[0]} exists: unpack into another --into folder (nothing was written)")
+    again = [os.path.join(runs_here, p[:-len('.tar.gz')]) for p in packs
+             if os.path.lexists(os.path.join(runs_here, p[:-len('.tar.gz')]))]
+    if again:   # the same row from an earlier window (a row the queue trains again): its own folder under --into stays
+        raise UnpackError(f"{again[0]} exists, a run of that name unpacked before: move it aside (its window's copy "
+                          f"stays in that window's results folder), then unpack again (nothing was written)")
     stages, made, done = {}, [], False
     try:
         for final in (into, runs_here):

@@ -151,6 +151,10 @@ def test_a_rows_item_over_three_calls_cut_stopped_then_complete(bb, tmp_path):
     assert (tmp_path / 'here' / 'out' / 'reproduce' / 'gpu' / 'runs' / 'table2-gpt2_60m_vanilla' / 'quant.json').is_file()
     r = queue('unpack', str(tmp_path / 'o3'), '--into', str(into), '--work', str(tmp_path / 'here'))
     assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'exists' in r.stderr
+    # a second window of the same row (vanilla_60m_bits): a new --into, but the run folder for --render is taken
+    r = queue('unpack', str(tmp_path / 'o3'), '--into', str(tmp_path / 'y'), '--work', str(tmp_path / 'here'))
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'a run of that name unpacked before: move it aside' \
+        in r.stderr and 'table2-gpt2_60m_vanilla' in r.stderr and not (tmp_path / 'y').exists()
 
 
 def test_the_gpu_tests_item_runs_the_first_tests_then_the_suite(bb, tmp_path):
