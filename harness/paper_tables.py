@@ -141,14 +141,19 @@ TABLES = {
         "1-Σp = weight no real token received: a sink's share, or weight clipped away, or sigmoid's unnormalised "
         "rows; Δ = quantised - full PPL)",
         ('Row', 'Attention', 'Optimizer'),
-        (('PPL', 'analysis', 'ppl', '.2f', False), ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False),
+        # perplexities and Δ to 3 decimals: at the laptop scale (PPL ~2.8) coarse int8 moves them by 0.005-0.024;
+        # coarse6 / coarse4 are where per-tensor codes begin to separate the rows there (at scales that quantise
+        # only Table 3's four schemes: '–')
+        (('PPL', 'analysis', 'ppl', '.3f', False), ('E_m[κ_m,1]', 'analysis', 'kurtosis_first', '.1f', False),
          ('E_m[κ_m,>1]', 'analysis', 'kurtosis_rest', '.1f', False),
          ('%First Attn', 'analysis', 'first_attn_argmax', '.3f', False),
          ('First mass', 'analysis', 'first_attn_mass', '.3f', False),
          ('1-Σp', 'analysis', 'attn_nowhere', '.3f', False),
          ('E_m[X_m,1,d]', 'analysis', 'max_abs_first', '.1f', False),
          ('E_m[X_m,>1,d]', 'analysis', 'max_abs_rest', '.1f', False),
-         ('Δ 4-bit ZP', 'quant', 'delta.zeropoint4', '.2f', False), ('Δ coarse int8', 'quant', 'delta.coarse', '.2f', False)),
+         ('Δ 4-bit ZP', 'quant', 'delta.zeropoint4', '.3f', False),
+         ('Δ coarse int8', 'quant', 'delta.coarse', '.3f', False),
+         ('Δ coarse6', 'quant', 'delta.coarse6', '.3f', False), ('Δ coarse4', 'quant', 'delta.coarse4', '.3f', False)),
         [Row(f'mitigations/{name}', (name[:2], attn, opt), ()) for name, attn, opt in (
             ('01_vanilla', 'softmax', 'Adam'), ('02_softmax1', 'softmax-1', 'Adam'),
             ('03_clipped', 'clipped softmax', 'Adam'), ('04_gated', 'gated', 'Adam'),
