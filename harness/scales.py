@@ -57,8 +57,8 @@ SCALES = {
         "(10 layers, 8 heads of 64); 32,768 tokens per step (128 x 256, Table 6: 64 x 512 and 32 x 1024); 10,000 "
         "steps at 60M (0.33 B tokens), 4,000 at 130M (0.13 B), 3,000 for Table 5 and the mitigations (0.10 B; SGD "
         "rows 8x), 3,000 for the pilots (0.10 B); 6% warmup; C4 when data/c4 is prepared, else the pinned corpus's "
-        "archive subset (data/pinned_archive, NOT C4); Tables 2 and 3's rows quantised with Table 3's schemes and "
-        "per-tensor absmax at 4 to 8 bits",
+        "archive subset (data/pinned_archive, NOT C4); every quantised row (all of Tables 2 and 3's) with Table 3's "
+        "schemes and per-tensor absmax at 4 to 8 bits",
         row_overrides=gpu_rows, datasets=('c4', 'pinned_archive'), expected=True,
         quant_tables=('table2', 'table3'), quant_schemes=BITS_SCHEMES,
         overrides=dict(dataset='pinned_archive', gradient_accumulation_steps=1, eval_tokens=131_072, compile=True),
