@@ -94,13 +94,12 @@ def unpack(src, into, runs_here, program):
             raise UnpackError(f"{os.path.join(src, name)} and {os.path.join(src, twin)} would both be unpacked as "
                               f"{os.path.join(into, target)}; nothing was unpacked: copy the files without "
                               f"{twin} and unpack the copy")
+    runs = [p[:-len('.tar.gz')] for p in packs]
     clash = [os.path.join(into, t) for t in targets.values() if os.path.lexists(os.path.join(into, t))]
-    clash += [os.path.join(into, 'runs', p[:-len('.tar.gz')]) for p in packs
-              if os.path.lexists(os.path.join(into, 'runs', p[:-len('.tar.gz')]))]
+    clash += [os.path.join(into, 'runs', r) for r in runs if os.path.lexists(os.path.join(into, 'runs', r))]
     if clash:
         raise UnpackError(f"{clash[0]} exists: unpack into another --into folder (nothing was written)")
-    again = [os.path.join(runs_here, p[:-len('.tar.gz')]) for p in packs
-             if os.path.lexists(os.path.join(runs_here, p[:-len('.tar.gz')]))]
+    again = [os.path.join(runs_here, r) for r in runs if os.path.lexists(os.path.join(runs_here, r))]
     if again:   # the same row from an earlier window (a row the queue trains again): its own folder under --into stays
         raise UnpackError(f"{again[0]} exists, a run of that name unpacked before: move it aside (its window's copy "
                           f"stays in that window's results folder), then unpack again (nothing was written)")
@@ -115,9 +114,9 @@ def unpack(src, into, runs_here, program):
             stages[final] = temporary_folder(final, program)
         for name, target in targets.items():
             shutil.copy(os.path.join(src, name), os.path.join(stages[into], target))
-        for pack in packs:
+        for pack, run in zip(packs, runs):
             for dest in (os.path.join(stages[into], 'runs'), stages[runs_here]):
-                extract_pack(os.path.join(src, pack), pack[:-len('.tar.gz')], dest)
+                extract_pack(os.path.join(src, pack), run, dest)
         for final, stage in stages.items():   # every pack whole: now into their places
             for entry in [e for e in os.listdir(stage) if e != MARK]:
                 parts = [os.path.join(entry, r) for r in os.listdir(os.path.join(stage, entry))] if entry == 'runs' \
