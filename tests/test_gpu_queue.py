@@ -17,6 +17,7 @@ import reproduce
 from conftest import ROOT
 from harness.dataset import prepare_bigram_backcopy
 from harness.device_files import OUT_FILES
+from harness.device_steps import error_line
 from harness.recipe import STEPS
 
 pytestmark = pytest.mark.slow   # the GPU queue's items as CPU trainings
@@ -464,9 +465,9 @@ def test_a_step_stopped_or_out_of_time_is_unfinished_work(bb, tmp_path, monkeypa
 
 
 def test_error_line_is_the_step_s_last_error_line():
-    assert gpu_queue.error_line(['usage: x\n', 'reproduce.py: error: argument --n: bad\n', 'then\n']) == \
+    assert error_line(['usage: x\n', 'reproduce.py: error: argument --n: bad\n', 'then\n']) == \
         'reproduce.py: error: argument --n: bad'
-    assert gpu_queue.error_line(['error: resuming on other data\n', '\n']) == 'error: resuming on other data'
+    assert error_line(['error: resuming on other data\n', '\n']) == 'error: resuming on other data'
     traceback = ['Traceback (most recent call last):\n', 'RuntimeError: boom\n']
-    assert gpu_queue.error_line(traceback) == 'RuntimeError: boom'
-    assert gpu_queue.error_line([]) == '(it printed nothing)'
+    assert error_line(traceback) == 'RuntimeError: boom'
+    assert error_line([]) == '(it printed nothing)'

@@ -33,14 +33,11 @@ What lands in --out (at most 8 files of at most 16 MiB, never a checkpoint):
                      side_by_side.json (two 60M rows on one GPU against each alone)
 """
 import argparse
-import collections
-import contextlib
 import glob
 import importlib.util
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -57,16 +54,17 @@ from harness.entry import early_exit_on_signal   # noqa: E402  first: a signal w
 early_exit_on_signal(__name__)
 
 # library modules of the repository root (E402: imported once sys.path holds it)
-from harness.entry import run_script, start_child, stop_child, stopping   # noqa: E402
+from harness.entry import run_script, start_child, stop_child   # noqa: E402
 from harness.device_files import UnpackError, brought_back, keep_outputs, unpack   # noqa: E402
+from harness.device_steps import (FIX_NEXT, QUEUE_DIR, Call, QueueError, StepFailed, run_step,   # noqa: E402
+                                  step_failure)
 from harness.fileio import atomic_write, check_output, copy_atomic, path_arg, write_json  # noqa: E402
 from harness.provenance import git_commit   # noqa: E402
-from harness.recipe import pack_run, run_state, stopped_by   # noqa: E402
+from harness.recipe import pack_run, run_state   # noqa: E402
 
 STARTUP_S = 45         # a training job's start before its clock runs: imports, the data check, the model
 STOP_S = 30            # after a job's time budget: its checkpoint, exit, the final pack and status
 PACK_EVERY_S = 30
-QUEUE_DIR = os.path.join('out', 'gpu_queue')   # what a call leaves on the machine for the next one
 REPRO_OUT = os.path.join('out', 'reproduce')
 
 
@@ -112,144 +110,6 @@ FIRST_TESTS = ('tests/test_flash_sink.py::test_log_sum_exp_includes_the_sink',
                'tests/test_orthoadam.py::test_fused_kernel_matches_dense_reference',
                'tests/test_gpu.py::test_fsdp_one_rank_on_device_matches_a_plain_process_and_resumes')
 MINI_GPU_TESTS = 'test_log_sum_exp_includes_the_sink'   # --mini: one quick gpu test, on the CPU
-
-
-class QueueError(Exception):
-    """One line for the user: what is wrong and what to do."""
-
-
-class StepFailed(QueueError):
-    """Steps of a call that failed (exit non-zero, not by a signal or the deadline): [{"step", "rc", "error"}]. Called
-    again as it is, the call would fail the same way: the line says what failed, with the step's own error line."""
-
-    def __init__(self, failures):
-        first = failures[0]
-        more = f" (and {len(failures) - 1} more step(s): status.json \"failed\")" if len(failures) > 1 else ''
-        super().__init__(f"{first['step']} failed (exit {first['rc']}): {first['error']}{more}; fix that, then run "
-                         f"the same command (as it is, it fails the same way)")
-        self.failures = failures
-
-
-FIX_NEXT = 'fix what "error" says, then run the same command (called again as it is, it fails the same way)'
-
-
-# ----------------------------------------------------------------------------- the state a call leaves
-class Call:
-    """One call of an item: its deadline, its status (status.json, in QUEUE_DIR and copied to --out)."""
-
-    def __init__(self, item, out, minutes, mini, commit, work=ROOT, dataset=None):
-        self.item, self.out, self.mini, self.work, self.dataset = item, out, mini, work, dataset
-        self.t0, self.deadline = time.time(), time.time() + 60 * minutes
-        self.state_dir = os.path.join(work, QUEUE_DIR, item.name + ('_mini' if mini else ''))
-        os.makedirs(self.state_dir, exist_ok=True)
-        path = os.path.join(self.state_dir, 'status.json')
-        try:
-            with open(path) as f:
-                self.status = json.load(f)
-        except (OSError, ValueError):
-            self.status = {'item': item.name, 'kind': item.kind, 'mini': mini, 'calls': [], 'rows': {}, 'steps': {}}
-        for stale in ('error', 'failed'):   # an earlier call's failure: this call says its own
-            self.status.pop(stale, None)
-        self.status.update(commit=commit, device=device_name(), torch=torch_version(), complete=False,
-                           next='call again with the same command')
-        self.status['calls'].append({'call': len(self.status['calls']) + 1, 'minutes': minutes,
-                                     'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
-                                     'seconds': 0, 'outcome': 'running'})
-        self.lock = threading.Lock()
-        self.save()
-
-    def left(self):
-        return self.deadline - time.time()
-
-    def save(self, outcome=None):
-        with self.lock:
-            call = self.status['calls'][-1]
-            call['seconds'] = round(time.time() - self.t0, 1)
-            if outcome:
-                call['outcome'] = outcome
-            write_json(os.path.join(self.state_dir, 'status.json'), self.status, indent=1)
-            write_json(os.path.join(self.out, 'status.json'), self.status, indent=1)
-
-
-def device_name():
-    try:
-        import torch
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({os.cpu_count()} cores)"
-    except ImportError:
-        return None
-
-
-def torch_version():
-    spec = importlib.util.find_spec('torch')
-    if spec is None:
-        return None
-    from importlib.metadata import version
-    return version('torch')
-
-
-def run_step(call, name, cmd, seconds, log=None, env=None):
-    """A command in its own process group, stopped (SIGTERM, then SIGKILL) when `seconds` or the call's deadline
-    less 20 s run out; output to `log` (a file under --out) or to this console (its stderr relayed line by line, so
-    that its error line can be quoted). Records {"rc", "seconds"} in the status ("rc": null when it was stopped: by
-    the deadline, or by a signal, which train.py and reproduce.py report as exit 128 + its number after their
-    checkpoint, recipe.stopped_by; then "stopped_by" names it): a stopped step is run again by the next call. Any other
-    non-zero exit is a failure: "error" records the step's own error line (error_line). Returns the exit code or
-    None."""
-    limit = max(1.0, min(seconds, call.left() - 20))
-    t, sink = time.time(), open(log, 'w') if log else None
-    proc = start_child(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT if sink else subprocess.PIPE,
-                       env={**os.environ, 'PYTHONUNBUFFERED': '1', **(env or {})})
-    said = collections.deque(maxlen=200)   # the last lines of its stderr (no log)
-
-    def relay():
-        for raw in proc.stderr:
-            line = raw.decode(errors='replace')
-            said.append(line)
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.write(line)
-                sys.stderr.flush()
-    reader = None if sink else threading.Thread(target=relay, daemon=True)
-    if reader:
-        reader.start()
-    try:
-        rc = proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        rc = None
-        stop_child(proc, grace=15)   # SIGTERM to its group: train.py writes a checkpoint; the next call resumes it
-    except KeyboardInterrupt:   # a signal to this call, passed on to the step (start_child): stopped, run again
-        call.status['steps'][name] = {'rc': None, 'seconds': round(time.time() - t, 1),
-                                      'stopped_by': (stopping() or signal.SIGINT).name}
-        call.save('stopped')
-        raise
-    finally:
-        if sink:
-            sink.close()
-    if reader:
-        reader.join(timeout=10)   # the rest of its stderr (a child of its own may hold the pipe: not for long)
-    stopped = stopped_by(rc)
-    failed = rc not in (0, None) and not stopped
-    if failed and log:
-        with contextlib.suppress(OSError), open(log, errors='replace') as f:
-            said.extend(f.readlines()[-200:])
-    call.status['steps'][name] = {'rc': None if stopped else rc, 'seconds': round(time.time() - t, 1),
-                                  **({'stopped_by': stopped.name} if stopped else {}),
-                                  **({'error': error_line(said)} if failed else {})}
-    call.save()
-    return None if stopped else rc
-
-
-def error_line(lines):
-    """A failed step's own error line: its last line that is one (`error: ...`, `reproduce.py: error: ...`,
-    argparse's `reproduce.py: error: argument ...`), else its last line."""
-    lines = [line.strip() for line in lines if line.strip()]
-    errors = [line for line in lines if re.match(r'(?:[^:\s][^:]*: )?error: ', line)]
-    return (errors or lines or ['(it printed nothing)'])[-1][:2000]
-
-
-def step_failure(call, name):
-    """{"step", "rc", "error"} of a step run_step recorded as failed."""
-    step = call.status['steps'][name]
-    return {'step': name, 'rc': step['rc'], 'error': step.get('error')}
 
 
 # ----------------------------------------------------------------------------- rows (reproduce.py)
