@@ -657,6 +657,7 @@ def main(argv=None):
             drawn = [report.draw_trajectories(name, runs, out)]
             drawn += [report.draw_bits(name, runs, out, args.scale)] if name in scale.quant_tables else []
             drawn += [report.draw_bb_dynamics(name, runs, out)] if name in ('bb', 'bb_pilots') else []
+            drawn += [report.draw_claims(runs, out)] if name == 'table5' else []
             figures += [p for p in drawn if p]
             print(md + '\n')
             if name == 'main' and (line := report.main_summary(runs)):   # the main job's point, in one sentence

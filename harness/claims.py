@@ -2,7 +2,8 @@
 claims on the first token (table5_claims), the run-to-run spread of the seed replicas that says which differences
 mean something (spread), and the bit width at which per-tensor quantisation separates vanilla from softmax-1 +
 OrthoAdam (quant_separation). Each returns [(text, ok)] with ok None where a number is missing; claim_lines turns
-them into the lines reproduce.py prints. Data in, verdicts out: no file is read here.
+them into the lines reproduce.py prints; claim_series gives the claims' figure its curves. Data in, verdicts out:
+no file is read here.
 
     python reproduce.py table5 --scale laptop --jobs 2 --goal
     python reproduce.py table2 table3 --scale laptop --jobs 2 --goal
@@ -106,6 +107,47 @@ def table5_claims(rows, spreads=None):
                     for n in (13, 14)), _all([None if r is None else r >= 2 for r in ratios.values()])))
     out.append(("the other tokens' kurtosis E_m[κ_m,>1] by row: " + ', '.join(f"{n} {_fmt(kr.get(n))}"
                                                                             for n in sorted(kr)), INFO))
+    return out
+
+
+# table5_claims.png (reproduce.py draws it with Table 5): one panel a claim, the probe it is measured on against the
+# tokens seen, for the rows it names; a pair (n, d) is row n's value over row d's at the steps both probed; the
+# claim's thresholds dotted. (title, probe key, rows, thresholds)
+CLAIM_PANELS = (
+    ('(a) rows 1-4: κ_first ≥ 15', 'kurtosis_first', (1, 2, 3, 4), (15,)),
+    ('(a) rows 1-4: %First Attn ≥ 0.15', 'first_attn_argmax', (1, 2, 3, 4), (0.15,)),
+    ('(b) %First Attn, row 5 / row 2 ≤ 0.5', 'first_attn_argmax', ((5, 2),), (0.5,)),
+    ('(c) rows 5-7: κ_first ≥ 10', 'kurtosis_first', (5, 6, 7), (10,)),
+    ('(d) κ_first: RMSProp (8) ≥ 10, SGD (9, 10) ≤ 5', 'kurtosis_first', (8, 9, 10), (10, 5)),
+    ('(e) row 11: κ_first ≤ 5', 'kurtosis_first', (11,), (5,)),
+    ('(e) %First Attn, row 11 / row 2 ≤ 0.5', 'first_attn_argmax', ((11, 2),), (0.5,)),
+    ('(f) %First Attn, row 12 / row 11 ≥ 2', 'first_attn_argmax', ((12, 11),), (2,)),
+    ('(g) κ_first, rows 13 and 14 / row 11 ≥ 2', 'kurtosis_first', ((13, 11), (14, 11)), (2,)),
+)
+
+
+def claim_series(probes, finals, panels=CLAIM_PANELS):
+    """The curves of the claims' figure: [(title, key, thresholds, [(label, [(tokens, value)], final)])] for each
+    panel, from each row's probes ({row: [(tokens, probe)]}, log.jsonl's: a few validation documents) and its measured
+    results ({row: analysis results}, analyze.py's: more documents, the table's numbers). A ratio's points are at the
+    tokens both rows probed, its final the ratio of the two measured values; final is (the last point's tokens,
+    value), None when a measurement or every probe is missing."""
+    out = []
+    for title, key, drawn, thresholds in panels:
+        curves = []
+        for spec in drawn:
+            num, den = spec if isinstance(spec, tuple) else (spec, None)
+            seen = {t: value(p, key) for t, p in probes.get(num) or []}
+            fin = value(finals.get(num), key)
+            if den is not None:
+                under = {t: value(p, key) for t, p in probes.get(den) or []}
+                seen = {t: v / under[t] for t, v in seen.items() if v is not None and under.get(t)}
+                low = value(finals.get(den), key)
+                fin = fin / low if fin is not None and low else None
+            points = sorted((t, v) for t, v in seen.items() if v is not None)
+            label = f'row {num}' if den is None else f'row {num} / row {den}'
+            curves.append((label, points, (points[-1][0], fin) if points and fin is not None else None))
+        out.append((title, key, thresholds, curves))
     return out
 
 

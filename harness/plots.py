@@ -330,3 +330,39 @@ def plot_quant_bits(rows, path, title):
     right.set_title('what a per-tensor scale spans (dotted: 2^b, b = 4..8)', pad=14)
     fig.suptitle(title)
     return _save(fig, path)
+
+
+def plot_claims(series, path, title):
+    """Table 5's claims over training, one panel a claim (claims.claim_series): the probe the claim is measured on
+    against the tokens seen, for each row it names (or the ratio of two rows), its thresholds dotted, and each row's
+    measured value (analyze.py's, on more documents than the probes) as a star at its last probe. A log y-axis where
+    a panel spans more than a factor of 10. None when no row has a probe."""
+    if not any(points for _, _, _, curves in series for _, points, _ in curves):
+        return None
+    plt = _pyplot()
+    from matplotlib.ticker import EngFormatter, FormatStrFormatter
+    cols, rows = 3, math.ceil(len(series) / 3)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.7 * rows), layout='constrained', squeeze=False)
+    for ax, (name, _, thresholds, curves) in zip(axes.flat, series):
+        for i, (label, points, final) in enumerate(curves):
+            if points:
+                ax.plot(*zip(*points), '-o', ms=3, color=f'C{i}', label=label)
+            if final:
+                ax.plot(*final, '*', ms=12, color=f'C{i}', markeredgecolor='black', markeredgewidth=0.6)
+        for t in thresholds:
+            ax.axhline(t, color='grey', ls=':', lw=1.2)
+        ax.set(title=name, xlabel='tokens seen')
+        ax.title.set_fontsize(10)
+        ax.xaxis.set_major_formatter(EngFormatter())
+        _log_scale_if_wide(ax, [v for _, points, final in curves for v in [y for _, y in points] + [final and final[1]]]
+                           + list(thresholds))
+        if ax.get_yscale() == 'log':   # kurtosis 3 to 60: plain numbers, not powers of ten
+            ax.yaxis.set_major_formatter(FormatStrFormatter('%g'))
+            ax.yaxis.set_minor_formatter(FormatStrFormatter('%g'))
+        ax.grid(alpha=0.3)
+        if any(points for _, points, _ in curves):
+            ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(series):]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    return _save(fig, path)

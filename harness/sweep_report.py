@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from harness import provenance
-from harness.claims import bits_table, claim_lines, quant_separation, spread_lines, table5_claims, value
+from harness.claims import (bits_table, claim_lines, claim_series, quant_separation, spread_lines, table5_claims,
+                            value)
 from harness.fileio import atomic_write, read_json, write_json
 from harness.paper_tables import TABLES
 from harness.recipe import LAPTOP_AS_WRITTEN, check_goal, check_laptop_goal, goal_text, laptop_measures, run_state
@@ -135,6 +136,23 @@ def draw_bits(name, runs, out, scale_name):
     write_json(os.path.join(out, f'{name}_bits.json'), {'table': name, 'scale': scale_name, 'rows': doc,
                                                         'provenance': provenance.record()}, indent=1)
     return plots.plot_quant_bits(rows, os.path.join(out, f'{name}_bits.png'), title)
+
+
+def draw_claims(runs, out):
+    """<out>/table5_claims.png: each of Table 5's claims (claims.CLAIM_PANELS) as the probes of the rows it names over
+    training, with their measured values at the end (plots.plot_claims); None when no row has a probe yet."""
+    from harness import plots
+    from harness.runs import read_probes
+    probes, finals = {}, {}
+    for run in runs:
+        for name, row in run.rows:
+            if name == 'table5':
+                n, log = int(row.config.split('/')[1][:2]), os.path.join(run.cfg['out_dir'], 'log.jsonl')
+                probes[n] = [(e['tokens'], e['probe']) for e in read_probes(log)] if os.path.isfile(log) else []
+                finals[n] = read_results(run.cfg['out_dir']).get('analysis')
+    title = ("Table 5's claims over training: the probes (log.jsonl, a few validation documents) of the rows each "
+             "claim names; ★ the measured value (analyze.py); dotted, the claim's threshold")
+    return plots.plot_claims(claim_series(probes, finals), os.path.join(out, 'table5_claims.png'), title)
 
 
 def draw_bb_dynamics(name, runs, out):

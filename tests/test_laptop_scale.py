@@ -181,6 +181,37 @@ def test_the_bits_figure_draws_each_rows_curve_and_both_input_ratios(tmp_path, m
     assert widths == [61.0, 0, 1e4, 0]   # residual readers: vanilla, s1oa; all layers: vanilla, s1oa
 
 
+def test_the_claims_figure_draws_each_claims_rows_and_ratios_at_the_steps_both_probed(tmp_path, monkeypatch):
+    """claims.claim_series: a row's curve is its probes against the tokens; a ratio's points are at the tokens both
+    rows probed (a missing value or a zero denominator leaves the point out) and its star is the ratio of the two
+    measured values; no measurement, no star. plots.plot_claims draws those points and the claim's threshold."""
+    probes = {2: [(0, {'first_attn_argmax': 0.2}), (100, {'first_attn_argmax': 0.4}), (200, {'first_attn_argmax': 0.0}),
+                  (300, {'first_attn_argmax': 0.5})],
+              5: [(0, {'first_attn_argmax': 0.1}), (100, {'first_attn_argmax': 0.1}), (200, {'first_attn_argmax': 0.3}),
+                  (300, {'first_attn_argmax': None}), (400, {'first_attn_argmax': 0.2})],
+              8: [(100, {'kurtosis_first': 7.0}), (0, {'kurtosis_first': 3.0})]}
+    finals = {2: {'first_attn_argmax': 0.25}, 5: {'first_attn_argmax': 0.05}, 8: None}
+    panels = (('b', 'first_attn_argmax', ((5, 2),), (0.5,)), ('d', 'kurtosis_first', (8, 9), (10, 5)))
+    (b, d) = claims.claim_series(probes, finals, panels)
+    assert b == ('b', 'first_attn_argmax', (0.5,), [('row 5 / row 2', [(0, 0.5), (100, 0.25)], (100, 0.2))])
+    assert d == ('d', 'kurtosis_first', (10, 5), [('row 8', [(0, 3.0), (100, 7.0)], None), ('row 9', [], None)])
+    assert [p[0] for p in claims.CLAIM_PANELS] and {n for p in claims.CLAIM_PANELS for spec in p[2]
+                                                     for n in (spec if isinstance(spec, tuple) else (spec,))} == \
+        set(range(1, 15))   # every row of Table 5 is in a claim's panel
+
+    from harness import plots
+    figures = []
+    real = plots._save
+    monkeypatch.setattr(plots, '_save', lambda fig, path: (figures.append(fig), real(fig, path))[1])
+    path = plots.plot_claims([b, d], str(tmp_path / 'claims.png'), 'title')
+    assert open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+    ax = figures[0].axes[0]
+    curve, star, threshold = ax.get_lines()
+    assert (list(curve.get_xdata()), list(curve.get_ydata())) == ([0, 100], [0.5, 0.25])
+    assert (list(star.get_xdata()), list(star.get_ydata())) == ([100], [0.2]) and list(threshold.get_ydata()) == [0.5, 0.5]
+    assert plots.plot_claims([('x', 'k', (1,), [('row 1', [], None)])], str(tmp_path / 'none.png'), 't') is None
+
+
 # ----------------------------------------------------------------------------- eval_quant.py at fewer bits
 def test_coarse_at_b_bits_is_absmax_per_tensor_with_2_to_the_b_minus_1_levels():
     """coarse4 on a weight: one scale max|w| / 7, codes in -7..7; its input and output quantisers the same on

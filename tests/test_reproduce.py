@@ -148,8 +148,8 @@ def test_smoke_sweep_trains_analyses_quantises_renders_and_skips_finished_runs(b
     (shared,) = reproduce.plan(['table5'], reproduce.SCALES['smoke'], os.path.join(out, 'smoke'), ['11_orthoadam'], bb)
     assert shared.name == 'table2-gpt2_130m_s1oa' and reproduce.status(shared, reproduce.SCALES['smoke']) == 'done'
 
-    for table in ('table3', 'table5'):        # the probes of each table's runs against the tokens seen
-        assert open(os.path.join(out, 'smoke', f'{table}_trajectories.png'), 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+    for figure in ('table3_trajectories', 'table5_trajectories', 'table5_claims'):   # the probes against the tokens
+        assert open(os.path.join(out, 'smoke', f'{figure}.png'), 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
     evals = [json.loads(line) for line in open(os.path.join(runs, 'table5-01_biases', 'log.jsonl')) if '"eval"' in line]
     assert [e['iter'] for e in evals] == [0, 1, 2, 3, 4] and all(e['probe']['documents'] > 0 for e in evals)
 
