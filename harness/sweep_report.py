@@ -148,7 +148,8 @@ def draw_claims(runs, out):
         for name, row in run.rows:
             if name == 'table5':
                 n, log = int(row.config.split('/')[1][:2]), os.path.join(run.cfg['out_dir'], 'log.jsonl')
-                probes[n] = [(e['tokens'], e['probe']) for e in read_probes(log)] if os.path.isfile(log) else []
+                probes[n] = [(e['tokens'], e['probe']) for e in (read_probes(log) if os.path.isfile(log) else [])
+                             if isinstance(e.get('tokens'), (int, float))]   # a line without them: not drawn
                 finals[n] = read_results(run.cfg['out_dir']).get('analysis')
     title = ("Table 5's claims over training: the probes (log.jsonl, a few validation documents) of the rows each "
              "claim names; ★ the measured value (analyze.py); dotted, the claim's threshold")
