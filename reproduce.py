@@ -658,6 +658,7 @@ def main(argv=None):
             drawn += [report.draw_bits(name, runs, out, args.scale)] if name in scale.quant_tables else []
             drawn += [report.draw_bb_dynamics(name, runs, out)] if name in ('bb', 'bb_pilots') else []
             drawn += [report.draw_claims(runs, out)] if name == 'table5' else []
+            drawn += [report.draw_effects(name, runs, out)] if name == 'mitigations' else []
             figures += [p for p in drawn if p]
             print(md + '\n')
             if name == 'main' and (line := report.main_summary(runs)):   # the main job's point, in one sentence

@@ -366,3 +366,31 @@ def plot_claims(series, path, title):
         ax.set_visible(False)
     fig.suptitle(title)
     return _save(fig, path)
+
+
+def plot_effects(points, path, title):
+    """Each row of a table as one point (the mitigations: what each fix does, at equal tokens): left, the first
+    token's kurtosis E_m[κ_m,1] (log x; a Gaussian's 3 marked) against its attention share %First Attn; right, the
+    same kurtosis against the perplexity. points: [(label, kurtosis_first, first_attn_argmax, ppl)], a missing value
+    None (that point is not drawn in the panels that need it). None when no point has a kurtosis."""
+    drawn = [p for p in points if p[1] is not None]
+    if not drawn:
+        return None
+    plt = _pyplot()
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2), layout='constrained')
+    colors = [f'C{i}' for i in range(10)] if len(drawn) <= 10 else list(plt.cm.tab20.colors)
+    for ax, (k, name) in zip(axes, ((2, '%First Attn (argmax share on the first token)'), (3, 'perplexity'))):
+        for i, p in enumerate(drawn):
+            if p[k] is not None:
+                ax.plot(p[1], p[k], 'o', ms=7, color=colors[i % len(colors)], label=p[0] if k == 2 else None)
+                ax.annotate(p[0].split(' ')[0], (p[1], p[k]), xytext=(4, 4), textcoords='offset points', fontsize=8)
+        ax.axvline(3, color='grey', ls=':', lw=1)
+        ax.set(xscale='log', xlabel='E_m[κ_m,1] (the first token\'s kurtosis; dotted: a Gaussian\'s 3)', ylabel=name)
+        ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))   # 2, 5, 10, 20, 50: plain numbers
+        ax.xaxis.set_major_formatter(FormatStrFormatter('%g'))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.grid(alpha=0.3, which='both')
+    fig.legend(loc='outside right upper', fontsize=8)
+    fig.suptitle(title)
+    return _save(fig, path)

@@ -156,6 +156,23 @@ def draw_claims(runs, out):
     return plots.plot_claims(claim_series(probes, finals), os.path.join(out, 'table5_claims.png'), title)
 
 
+def draw_effects(name, runs, out):
+    """<out>/<name>_effects.png: each row of the table as a point, its first token's kurtosis against its attention
+    share and against its perplexity (plots.plot_effects; the mitigations: what each fix does at equal tokens), in
+    the table's row order; None when no row is measured yet."""
+    from harness import plots
+    points = []
+    for row in TABLES[name].rows:
+        run = next((r for r in runs for t, rr in r.rows if t == name and rr is row), None)
+        results = read_results(run.cfg['out_dir']).get('analysis') if run is not None else None
+        if results:
+            points.append((' '.join(row.labels), *(value(results, k) for k in ('kurtosis_first', 'first_attn_argmax',
+                                                                                 'ppl'))))
+    title = (f"{TABLES[name].title.split(':')[0]}: the first token's outliers, its attention and the perplexity, "
+             f"a point a row")
+    return plots.plot_effects(points, os.path.join(out, f'{name}_effects.png'), title)
+
+
 def draw_bb_dynamics(name, runs, out):
     """<out>/<name>_dynamics.png: a Bigram-Backcopy table's rows' probes at layer 0 against steps, beside Guo et al.'s
     released curves (docs/results/bb-guo-reference.json; plots.plot_bb_dynamics); None when no run has a probe yet."""

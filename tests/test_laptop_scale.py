@@ -212,6 +212,22 @@ def test_the_claims_figure_draws_each_claims_rows_and_ratios_at_the_steps_both_p
     assert plots.plot_claims([('x', 'k', (1,), [('row 1', [], None)])], str(tmp_path / 'none.png'), 't') is None
 
 
+def test_the_effects_figure_draws_each_row_at_its_kurtosis_attention_and_perplexity(tmp_path, monkeypatch):
+    """plots.plot_effects: a point a row at (E_m[κ_m,1], %First Attn) on the left and (E_m[κ_m,1], PPL) on the right;
+    a missing value leaves that point out of the panel that needs it; no kurtosis anywhere, no figure."""
+    from harness import plots
+    figures = []
+    real = plots._save
+    monkeypatch.setattr(plots, '_save', lambda fig, path: (figures.append(fig), real(fig, path))[1])
+    points = [('01 softmax Adam', 39.6, 0.2, 2.77), ('04 gated Adam', 15.0, None, 2.91), ('09 softmax Muon', None, 0.1, 3.0)]
+    path = plots.plot_effects(points, str(tmp_path / 'effects.png'), 'title')
+    assert open(path, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+    left, right = figures[0].axes[:2]
+    dots = lambda ax: [(line.get_xdata()[0], line.get_ydata()[0]) for line in ax.get_lines() if line.get_marker() == 'o']
+    assert dots(left) == [(39.6, 0.2)] and dots(right) == [(39.6, 2.77), (15.0, 2.91)]
+    assert plots.plot_effects([('x', None, 0.1, 3.0)], str(tmp_path / 'none.png'), 't') is None
+
+
 # ----------------------------------------------------------------------------- eval_quant.py at fewer bits
 def test_coarse_at_b_bits_is_absmax_per_tensor_with_2_to_the_b_minus_1_levels():
     """coarse4 on a weight: one scale max|w| / 7, codes in -7..7; its input and output quantisers the same on

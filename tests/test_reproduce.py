@@ -261,6 +261,7 @@ def test_mitigations_smoke_sweep_of_the_rows_with_their_own_code_paths(bb, tmp_p
         assert all(row['ours'][k] is None for k in bits), row
     md = open(os.path.join(out, 'smoke', 'mitigations.md')).read()
     assert '| 09 | softmax | Muon |' in md and '1-Σp' in md
+    assert open(os.path.join(out, 'smoke', 'mitigations_effects.png'), 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
 
 
 def test_gpu_scale_rows_shapes_and_budgets(tmp_path):
