@@ -124,6 +124,29 @@ def test_a_claim_says_whether_the_difference_exceeds_the_seeds_spread():
     assert dict((t[:3], ok) for t, ok in missing)['(g)'] is None
 
 
+def test_table5_at_the_laptop_scale_ends_with_its_claims_as_goal_prints_them(tmp_path, capsys):
+    """The rendered table5.md and .json carry the claims and the spread, the same lines --goal prints; a row
+    measured after the render changes them (they are read from the rows' analysis.json, not kept)."""
+    from harness import sweep_report
+    runs = reproduce.plan(['table5'], reproduce.SCALES['laptop'], str(tmp_path), ())
+    by_config = {row.config: run for run in runs for _, row in run.rows}
+    measured = rows()
+    for n in (11, 13, 14):
+        folder = by_config[next(c for c in by_config if c.startswith(f'table5/{n:02d}_'))].cfg['out_dir']
+        os.makedirs(folder)
+        with open(os.path.join(folder, 'analysis.json'), 'w') as f:
+            json.dump(measured[n], f)
+    md, doc = sweep_report.render('table5', runs, 'laptop', reproduce.SCALES['laptop'], str(tmp_path))
+    assert sweep_report.goal(runs, 'laptop', ['table5']) is False
+    printed = capsys.readouterr().out.strip().split('\n')
+    assert doc['claims'] == printed and md.endswith('\n'.join(['```', *printed, '```']))
+    assert "met: (g) OrthoAdam with RMSNorm-M (row 13) or LayerNorm (row 14) brings the outliers back, κ_first >= 2x " \
+           "row 11's (paper: 380.9 and 188.4 against 3.0): row 13 12 / 3.1 = 3.87; row 14 11 / 3.1 = 3.55" in printed
+    assert printed[-1] == 'table5 claims at the laptop scale: not met (1 of 7 met)'   # the other six: MISSING
+    other = sweep_report.render('table5', runs, 'mini', reproduce.SCALES['mini'], str(tmp_path))[1]
+    assert 'claims' not in other   # the claims are measured at the laptop scale only
+
+
 def quant(full, deltas, ratio=None):
     """An eval_quant.py model entry: Δ per bit width for coarse (moderate at half), coarse8 as 'coarse'."""
     ppl, delta = {'full': full}, {}
