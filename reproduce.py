@@ -30,9 +30,11 @@ Table 5's rows at a scale where their schedules coincide).
 
 Output, per table, in <out>/<scale>/: <table>.md (the table in the paper's layout, ours / paper in
 each cell pair), <table>_trajectories.png (plots.plot_trajectories: the probe of every evaluation of
-every run of the table against the tokens seen, one line per run) and <table>.json: {"table", "title",
-"scale", "scale_description", "columns": [{"name", "key", "paper": bool}], "rows": [{"config", "run_dir"
-(relative to the table's folder), "labels": [...], "ours": {key: value or null}, "paper": {key: value}}]}.
+every run of the table against the tokens seen, one line per run), <table>_bits.{md,json,png} where the scale
+quantises at 4-8 bits, table5_claims.png (each of Table 5's claims over training), mitigations_effects.png (each fix
+as a point) and <table>.json: {"table", "title", "scale", "scale_description", "columns": [{"name", "key", "paper":
+bool}], "rows": [{"config", "run_dir" (relative to the table's folder), "labels": [...], "ours": {key: value or null},
+"paper": {key: value}}][, "claims": Table 5's at the laptop scale]} (docs/reproducing.md, "Outputs").
 """
 from harness.entry import early_exit_on_signal   # first: a signal while torch loads is one line, not a traceback
 early_exit_on_signal(__name__)
