@@ -172,7 +172,8 @@ TABLES = {
          ('%First Attn', 'analysis', 'first_attn_argmax', '.3f', False),
          ('First mass', 'analysis', 'first_attn_mass', '.3f', False),
          ('E_m[X_m,1,d]', 'analysis', 'max_abs_first', '.1f', False),
-         ('Δ coarse int8', 'quant', 'delta.coarse', '.3f', False), ('Δ coarse4', 'quant', 'delta.coarse4', '.3f', False)),
+         ('Δ coarse int8', 'quant', 'delta.coarse', '.3f', False), ('Δ coarse6', 'quant', 'delta.coarse6', '.3f', False),
+         ('Δ coarse5', 'quant', 'delta.coarse5', '.3f', False), ('Δ coarse4', 'quant', 'delta.coarse4', '.3f', False)),
         [Row(f'laptop/{name}', (label, seed), ()) for name, label, seed in (
             ('base', 'vanilla', '1337'), ('seeds/vanilla_seed2', 'vanilla', '2'),
             ('seeds/s1oa', 'softmax-1 + OrthoAdam', '1337'), ('seeds/s1oa_seed2', 'softmax-1 + OrthoAdam', '2'))]),

@@ -292,6 +292,10 @@ def pair_goal(found, laptop, quant):
             lines, separated = quant_separation(v.get('quant'), s.get('quant'))
             print('\n'.join(lines))
             ok = ok and bool(separated)
+            seeds = [found.get(c, {}).get('quant') for c in ('laptop/seeds/vanilla_seed2', 'laptop/seeds/s1oa_seed2')]
+            if None not in seeds:   # the seed replicas (Table 5 brings them): the same question on a second pair,
+                lines, _ = quant_separation(*seeds)   # shown beside the goal, which stays the table's pair's
+                print('\n'.join(f"seed 2 (not the goal's pair): {line}" for line in lines))
     return ok
 
 

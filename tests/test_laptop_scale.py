@@ -173,6 +173,28 @@ def test_quantisation_separates_the_models_where_the_ratio_and_the_budget_both_h
     assert claims.quant_separation(None, s)[1] is None
 
 
+def test_the_seed_replicas_pair_is_shown_beside_the_quantisation_goal_which_stays_the_tables_pair(capsys):
+    """With the seed replicas measured (Table 5 brings them), --goal also prints where quantisation separates the
+    seed-2 pair, marked as not the goal's: the verdict is still the table's pair's (here not met; seed 2: met)."""
+    from harness import sweep_report
+    analysis = {'ppl': 3.0, 'kurtosis_first': 30.0}, {'ppl': 3.0, 'kurtosis_first': 3.0}
+    flat = quant(3.1, {4: 0.2, 5: 0.1, 6: 0.05, 7: 0.02, 8: 0.001})
+    found = {'table2/gpt2_60m_vanilla': {'analysis': analysis[0], 'quant': quant(3.0, {5: 0.15, 8: 0.01})},
+             'table2/gpt2_60m_s1oa': {'analysis': analysis[1], 'quant': flat},
+             'laptop/seeds/vanilla_seed2': {'quant': quant(3.0, {5: 0.5, 8: 0.01})},
+             'laptop/seeds/s1oa_seed2': {'quant': flat}}
+    assert sweep_report.pair_goal(found, True, True) is False
+    out = capsys.readouterr().out.split('\n')
+    assert "quantisation goal (vanilla's penalty >= 3x s1+OA's, s1+OA's <= 5%): not met at any width" in out
+    assert ("seed 2 (not the goal's pair): coarse5: Δ vanilla +0.500, Δ s1+OA +0.100 (3.2% of its 3.100), ratio 5.00: "
+            "separates") in out   # 0.5 / 0.1 = 5 >= 3, 0.1 / 3.1 = 3.2% <= 5%
+    assert out[-2] == ("seed 2 (not the goal's pair): quantisation goal (vanilla's penalty >= 3x s1+OA's, s1+OA's "
+                       "<= 5%): met at coarse5, moderate5")
+    del found['laptop/seeds/s1oa_seed2']
+    sweep_report.pair_goal(found, True, True)
+    assert 'seed 2' not in capsys.readouterr().out   # one replica alone: no pair
+
+
 def test_the_bits_table_lists_each_width_and_the_inputs_ratio():
     md, doc = claims.bits_table([('vanilla', quant(3.0, {4: 0.9, 5: 0.5, 6: 0.1, 7: 0.05, 8: 0.01}, ratio=61.04))])
     header, _, row = md.splitlines()
