@@ -388,10 +388,11 @@ def to_measure(run, scale: Scale, say=False):
 
 
 def warn_stale(runs, scale: Scale):
-    """--render: a line for each measurement rendered as it is though out of date (to_measure's reasons)."""
+    """--render: a line for each measurement rendered as it is though out of date (to_measure's reasons); a file
+    that cannot be read is named by sweep_report.read_results (its cells are empty, not old)."""
     for run in runs:
         for step, why in to_measure(run, scale).items():
-            if why != 'missing':
+            if why != 'missing' and not why.endswith('cannot be read'):
                 print(f"warning: {run.name}: {why}; its cells are the old measurement's: run the same command "
                       f"without --render to {step} it again", file=sys.stderr)
 
@@ -649,18 +650,18 @@ def main(argv=None):
             failures = run_all(runs, scale, args.nproc, args.jobs, Chain(args.job_minutes, args.max_jobs))
         else:
             warn_stale(runs, scale)
-        figures = []
+        figures, found = [], report.found_results(runs)   # each row's results read once, for every table and goal
         for name in args.tables:
-            md, doc = report.render(name, runs, args.scale, scale, out)
+            md, doc = report.render(name, runs, args.scale, scale, out, found)
             os.makedirs(out, exist_ok=True)
             with atomic_write(os.path.join(out, f'{name}.md')) as f:
                 f.write(md + '\n')
             write_json(os.path.join(out, f'{name}.json'), doc, indent=1)
             drawn = [report.draw_trajectories(name, runs, out)]
-            drawn += [report.draw_bits(name, runs, out, args.scale)] if name in scale.quant_tables else []
+            drawn += [report.draw_bits(name, runs, out, args.scale, found)] if name in scale.quant_tables else []
             drawn += [report.draw_bb_dynamics(name, runs, out)] if name in ('bb', 'bb_pilots') else []
-            drawn += [report.draw_claims(runs, out)] if name == 'table5' else []
-            drawn += [report.draw_effects(name, runs, out)] if name == 'mitigations' else []
+            drawn += [report.draw_claims(runs, out, found)] if name == 'table5' else []
+            drawn += [report.draw_effects(name, runs, out, found)] if name == 'mitigations' else []
             figures += [p for p in drawn if p]
             print(md + '\n')
             if name == 'main' and (line := report.main_summary(runs)):   # the main job's point, in one sentence
@@ -670,7 +671,7 @@ def main(argv=None):
               f"in {duration(time.time() - t0)}", file=sys.stderr)
         files = [os.path.join(out, f'{n}.{ext}') for n in args.tables for ext in ('md', 'json')] + figures
         unpacked = pack_runs({r.name: r.cfg['out_dir'] for r in runs}, args.pack, files) if args.pack else []
-        met = report.goal(runs, args.scale, args.tables) if args.goal else True
+        met = report.goal(runs, args.scale, args.tables, found) if args.goal else True
         for e in failures:   # a job a signal stopped: exit as train.py did, 128 + its number
             if isinstance(e, Interrupted):
                 print(f"reproduce.py: {e}", file=sys.stderr)

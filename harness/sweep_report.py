@@ -51,10 +51,11 @@ def cell(value, fmt):
     return '–' if value is None else format(value, fmt)
 
 
-def render(name, runs, scale_name, scale, out='.'):
+def render(name, runs, scale_name, scale, out='.', found=None):
     """(markdown, json) of one table from the results in the runs' folders (each named relative to `out`, the
-    table's folder)."""
-    table = TABLES[name]
+    table's folder); `found`: found_results(runs) when the caller has read them already (one read, one warning a
+    damaged file, for the tables, figures and goals of one command)."""
+    table, found = TABLES[name], found_results(runs) if found is None else found
     header = list(table.label_names)
     for col, _, _, _, paper in table.columns:
         header += [f'{col}', f'{col} (paper)'] if paper else [col]
@@ -64,7 +65,7 @@ def render(name, runs, scale_name, scale, out='.'):
         if row.config not in run_of:
             continue
         run = run_of[row.config]
-        results = read_results(run.cfg['out_dir'])
+        results = found[row.config]
         ours = {key: get(results.get(source, {}), key) for _, source, key, _, _ in table.columns}
         paper = dict(zip([c[2] for c in table.columns if c[4]], row.paper))
         cells = list(row.labels)
@@ -97,7 +98,7 @@ def render(name, runs, scale_name, scale, out='.'):
            'columns': [{'name': c[0], 'key': c[2], 'paper': c[4]} for c in table.columns], 'rows': rows,
            'provenance': provenance.record()}   # the rendering's; each row's measurement carries its own
     if name == 'table5' and scale_name == 'laptop':   # the claims and the spread beside the table they judge
-        doc['claims'] = table5_verdicts(found_results(runs))[0]
+        doc['claims'] = table5_verdicts(found)[0]
         md += ['', "The paper's claims on the first token, beside the seed replicas' spread (`--goal` prints the "
                "same lines):", '', '```', *doc['claims'], '```']
     return '\n'.join(md), doc
@@ -118,14 +119,14 @@ def draw_trajectories(name, runs, out):
     return plots.plot_trajectories(logs, os.path.join(out, f'{name}_trajectories.png'), panels) if logs else None
 
 
-def draw_bits(name, runs, out, scale_name):
+def draw_bits(name, runs, out, scale_name, found=None):
     """<out>/<name>_bits.{png,md,json}: where per-tensor quantisation breaks for the table's rows that have a
     quant.json (plots.plot_quant_bits, claims.bits_table), in the table's row order; None when none has one."""
     from harness import plots
-    rows, seen = [], set()
+    rows, seen, found = [], set(), found_results(runs) if found is None else found
     for row in TABLES[name].rows:
         run = next((r for r in runs for t, rr in r.rows if t == name and rr is row), None)
-        quant = read_results(run.cfg['out_dir']).get('quant') if run is not None and run.name not in seen else None
+        quant = found[row.config].get('quant') if run is not None and run.name not in seen else None
         if quant:
             seen.add(run.name)
             rows.append((row.config.split('/')[-1], quant))
@@ -142,33 +143,33 @@ def draw_bits(name, runs, out, scale_name):
     return plots.plot_quant_bits(rows, os.path.join(out, f'{name}_bits.png'), title)
 
 
-def draw_claims(runs, out):
+def draw_claims(runs, out, found=None):
     """<out>/table5_claims.png: each of Table 5's claims (claims.CLAIM_PANELS) as the probes of the rows it names over
     training, with their measured values at the end (plots.plot_claims); None when no row has a probe yet."""
     from harness import plots
     from harness.runs import read_probes
-    probes, finals = {}, {}
+    probes, finals, found = {}, {}, found_results(runs) if found is None else found
     for run in runs:
         for name, row in run.rows:
             if name == 'table5':
                 n, log = int(row.config.split('/')[1][:2]), os.path.join(run.cfg['out_dir'], 'log.jsonl')
                 probes[n] = [(e['tokens'], e['probe']) for e in (read_probes(log) if os.path.isfile(log) else [])
                              if isinstance(e.get('tokens'), (int, float))]   # a line without them: not drawn
-                finals[n] = read_results(run.cfg['out_dir']).get('analysis')
+                finals[n] = found[row.config].get('analysis')
     title = ("Table 5's claims over training: the probes (log.jsonl, a few validation documents) of the rows each "
              "claim names; ★ the measured value (analyze.py); dotted, the claim's threshold")
     return plots.plot_claims(claim_series(probes, finals), os.path.join(out, 'table5_claims.png'), title)
 
 
-def draw_effects(name, runs, out):
+def draw_effects(name, runs, out, found=None):
     """<out>/<name>_effects.png: each row of the table as a point, its first token's kurtosis against its attention
     share and against its perplexity (plots.plot_effects; the mitigations: what each fix does at equal tokens), in
     the table's row order; None when no row is measured yet."""
     from harness import plots
-    points = []
+    points, found = [], found_results(runs) if found is None else found
     for row in TABLES[name].rows:
         run = next((r for r in runs for t, rr in r.rows if t == name and rr is row), None)
-        results = read_results(run.cfg['out_dir']).get('analysis') if run is not None else None
+        results = found[row.config].get('analysis') if run is not None else None
         if results:
             points.append((' '.join(row.labels), *(value(results, k) for k in ('kurtosis_first', 'first_attn_argmax',
                                                                                  'ppl'))))
@@ -194,12 +195,12 @@ def draw_bb_dynamics(name, runs, out):
     return plots.plot_bb_dynamics(logs, reference, os.path.join(out, f'{name}_dynamics.png'), note) if logs else None
 
 
-def goal(runs, scale_name, tables):
+def goal(runs, scale_name, tables, found=None):
     """Print the goals of the tables at this scale; True when every one is met. Table 2 / 3: recipe.check_laptop_goal
     at the laptop scale (with where quantisation separates the pair: claims.quant_separation), else recipe.check_goal,
     on the 60M vanilla and softmax-1 + OrthoAdam rows. Table 5 at the laptop scale: the paper's claims on its rows
     (claims.table5_claims), beside the seed replicas' spread (the spread table's rows)."""
-    found = found_results(runs)
+    found = found_results(runs) if found is None else found
     laptop, ok = scale_name == 'laptop', True
     if 'main' in tables:
         lines, met = goal_text(main_goal(runs), 'main job goal')

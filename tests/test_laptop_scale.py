@@ -147,6 +147,26 @@ def test_table5_at_the_laptop_scale_ends_with_its_claims_as_goal_prints_them(tmp
     assert 'claims' not in other   # the claims are measured at the laptop scale only
 
 
+
+def test_a_damaged_result_is_named_once_by_the_tables_figures_and_goal_of_one_command(tmp_path, capsys):
+    """reproduce.py --render --goal read each row's results for the table, its claims, the claims figure and the
+    goal: a truncated analysis.json was warned about four times. Now it is read once; the other rows still render."""
+    out = str(tmp_path / 'out')
+    runs = reproduce.plan(['table5'], reproduce.SCALES['laptop'], os.path.join(out, 'laptop'), ())
+    by_config = {row.config: run for run in runs for _, row in run.rows}
+    measured = rows()
+    for n in (11, 13):
+        folder = by_config[next(c for c in by_config if c.startswith(f'table5/{n:02d}_'))].cfg['out_dir']
+        os.makedirs(folder)
+        with open(os.path.join(folder, 'analysis.json'), 'w') as f:
+            f.write(json.dumps(measured[n])[:20] if n == 13 else json.dumps(measured[n]))   # 13: cut by a kill
+    with pytest.raises(SystemExit):
+        reproduce.main(['table5', '--scale', 'laptop', '--out', out, '--render', '--goal'])
+    printed = capsys.readouterr()
+    warnings = [line for line in printed.err.split('\n') if line.startswith('warning: ') and 'cannot be read' in line]
+    assert len(warnings) == 1 and '13_' in warnings[0], warnings
+    assert 'MISSING: (g)' in printed.out and os.path.isfile(os.path.join(out, 'laptop', 'table5.md'))
+
 def quant(full, deltas, ratio=None):
     """An eval_quant.py model entry: Δ per bit width for coarse (moderate at half), coarse8 as 'coarse'."""
     ppl, delta = {'full': full}, {}
