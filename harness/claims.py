@@ -27,29 +27,42 @@ def value(results, key):
 
 
 def spread(pairs, keys=SPREAD_KEYS):
-    """{key: factor} of the seed replicas: for each metric the largest max/min ratio over the pairs [(results of
-    seed 1337, results of seed 2)] (1.0 = identical; None where no pair has both numbers). Metrics here are
-    positive and span decades (kurtosis 3 to 30), so two rows differ beyond the spread when their ratio exceeds it."""
+    """{key: [(centre, factor)]} of the seed replicas [(results of seed 1337, results of seed 2)]: for each metric and
+    each pair with both numbers, the geometric mean of the two and their max/min ratio (1.0 = identical); [] where no
+    pair has them. Metrics here are positive and span decades (kurtosis 3 to 40), and a pair's ratio is the spread
+    where its values are: vanilla's where the outliers are, softmax-1 + OrthoAdam's near a Gaussian's 3."""
     out = {}
     for key in keys:
-        ratios = [max(a, b) / min(a, b) for a, b in ((value(x, key), value(y, key)) for x, y in pairs)
-                  if a is not None and b is not None and min(a, b) > 0]
-        out[key] = max(ratios) if ratios else None
+        out[key] = sorted((math.sqrt(a * b), max(a, b) / min(a, b))
+                          for a, b in ((value(x, key), value(y, key)) for x, y in pairs)
+                          if a is not None and b is not None and min(a, b) > 0)
     return out
 
 
-def _beyond(a, b, factor):
-    """' (beyond the seeds' spread x1.23)' or ' (within ...)' for two values of a metric; '' without a spread."""
-    if factor is None or a is None or b is None or min(a, b) <= 0:
+def spread_at(v, regimes):
+    """The spread that judges the value v: the factor of the seed pair whose centre is nearest v on a log scale
+    (spread()'s [(centre, factor)] of one metric); None without a pair or a positive v."""
+    if not regimes or v is None or v <= 0:
+        return None
+    return min(regimes, key=lambda cf: abs(math.log(v / cf[0])))[1]
+
+
+def _beyond(a, b, regimes):
+    """' (beyond the seeds' spread x1.23)' or ' (WITHIN ...)' for two values of a metric, judged by the larger of the
+    spreads nearest each; '' without a spread."""
+    fa, fb = spread_at(a, regimes), spread_at(b, regimes)
+    if fa is None or fb is None:
         return ''
+    factor = max(fa, fb)
     return f" ({'beyond' if max(a, b) / min(a, b) > factor else 'WITHIN'} the seeds' spread ×{factor:.2f})"
 
 
-def _near(v, threshold, factor):
-    """' (within the seeds' spread of the threshold)' when the spread could carry v across it."""
-    if factor is None or v is None or v <= 0 or not v / factor <= threshold <= v * factor:
+def _near(v, threshold, regimes):
+    """' (within the seeds' spread ×1.23 of the threshold)' when the spread nearest v could carry it across."""
+    factor = spread_at(v, regimes)
+    if factor is None or not v / factor <= threshold <= v * factor:
         return ''
-    return " (within the seeds' spread of the threshold)"
+    return f" (within the seeds' spread ×{factor:.2f} of the threshold)"
 
 
 def _fmt(v, spec='.3g'):
@@ -63,7 +76,7 @@ def _all(oks):
 def table5_claims(rows, spreads=None):
     """The paper's Table 5 claims on the laptop rows, measured on the first token's kurtosis E_m[κ_m,1]
     (kurtosis_first) and its attention share (first_attn_argmax). rows: {row number 1..14: analysis results or
-    None}; spreads: spread()'s factors or None. Returns [(text, ok)]."""
+    None}; spreads: spread()'s {key: [(centre, factor)]} or None. Returns [(text, ok)]."""
     k = {n: value(r, 'kurtosis_first') for n, r in rows.items()}
     a = {n: value(r, 'first_attn_argmax') for n, r in rows.items()}
     kr = {n: value(r, 'kurtosis_rest') for n, r in rows.items()}
@@ -152,13 +165,15 @@ def claim_series(probes, finals, panels=CLAIM_PANELS):
 
 
 def spread_lines(pairs, labels):
-    """The seed replicas, one line per pair and metric family, and the factors spread() derives."""
-    factors = spread(pairs)
-    lines = [f"spread: {label}: " + ', '.join(f"{key} {_fmt(value(x, key))} / {_fmt(value(y, key))}"
+    """The seed replicas, one line per pair with its ratio for each metric, and spread()'s regimes."""
+    def ratio(x, y, key):
+        a, b = value(x, key), value(y, key)
+        return '' if a is None or b is None or min(a, b) <= 0 else f" (×{max(a, b) / min(a, b):.2f})"
+    lines = [f"spread: {label}: " + ', '.join(f"{key} {_fmt(value(x, key))} / {_fmt(value(y, key))}{ratio(x, y, key)}"
                                               for key in SPREAD_KEYS) for (x, y), label in zip(pairs, labels)]
-    lines.append("spread: largest ratio between seeds: " + ', '.join(
-        f"{key} ×{_fmt(f, '.3f')}" for key, f in factors.items()))
-    return lines, factors
+    lines.append("spread: a value is judged by the ratio of the pair nearest it (log scale), two values by the larger "
+                 "of theirs")
+    return lines, spread(pairs)
 
 
 def quant_curve(quant, family):

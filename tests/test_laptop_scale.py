@@ -79,12 +79,19 @@ def test_table5_at_the_laptop_scale_brings_its_spread_rows(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- the claims
-def test_the_spread_is_the_largest_ratio_between_seeds():
+def test_each_seed_pair_measures_the_spread_where_its_values_are():
     pairs = [({'kurtosis_first': 30.0, 'ppl': 3.0}, {'kurtosis_first': 24.0, 'ppl': 3.03}),
              ({'kurtosis_first': 3.1, 'ppl': 3.1}, {'kurtosis_first': 3.0, 'ppl': None})]
     f = claims.spread(pairs)
-    assert f['kurtosis_first'] == pytest.approx(30 / 24) and f['ppl'] == pytest.approx(3.03 / 3.0)
-    assert f['first_attn_argmax'] is None
+    assert f['kurtosis_first'] == [pytest.approx(((3.1 * 3.0) ** 0.5, 3.1 / 3.0)),
+                                   pytest.approx(((30 * 24) ** 0.5, 30 / 24))]
+    assert f['ppl'] == [pytest.approx(((3.0 * 3.03) ** 0.5, 3.03 / 3.0))] and f['first_attn_argmax'] == []
+    # nearest centre on a log scale: 26.8 and 3.05; 9 is nearer 3.05 (ln 2.95 = 1.08 < ln 2.98 = 1.09)
+    assert claims.spread_at(40, f['kurtosis_first']) == pytest.approx(1.25)
+    assert claims.spread_at(3.5, f['kurtosis_first']) == pytest.approx(3.1 / 3.0)
+    assert claims.spread_at(9, f['kurtosis_first']) == pytest.approx(3.1 / 3.0)
+    assert claims.spread_at(9.1, f['kurtosis_first']) == pytest.approx(1.25)
+    assert claims.spread_at(None, f['kurtosis_first']) is None and claims.spread_at(3, []) is None
 
 
 def rows(**overrides):
@@ -113,13 +120,18 @@ def test_each_table5_claim_fails_exactly_where_its_threshold_is_crossed(change, 
 
 
 def test_a_claim_says_whether_the_difference_exceeds_the_seeds_spread():
-    spread = {'kurtosis_first': 1.3, 'first_attn_argmax': 3.0}
+    """Two regimes: the kurtosis pair near 30 (x1.6) and the pair near 3 (x1.2); the attention share one pair (x3)."""
+    spread = {'kurtosis_first': [(3.0, 1.2), (30.0, 1.6)], 'first_attn_argmax': [(0.1, 3.0)]}
     text = dict((t[:3], t) for t, _ in claims.table5_claims(rows(), spread))
     assert "0.09 / 0.2 = 0.45 (beyond the seeds' spread ×3.00)" not in text['(b)']
     assert "(WITHIN the seeds' spread ×3.00)" in text['(b)']            # 0.2 / 0.09 = 2.2 < 3
-    assert "row 13 12 / 3.1 = 3.87 (beyond the seeds' spread ×1.30)" in text['(g)']
-    assert "row 9 4 (within the seeds' spread of the threshold)" not in text['(d)']
-    assert "4 (within the seeds' spread of the threshold)" in text['(d)']   # 4 x 1.3 = 5.2 > 5
+    # row 13's 12 is nearer 30 than 3 (ln 2.5 < ln 4): the larger spread of the two values, x1.6 < 3.87
+    assert "row 13 12 / 3.1 = 3.87 (beyond the seeds' spread ×1.60)" in text['(g)']
+    # row 9's 4 is judged by the pair near 3: 4 x 1.2 = 4.8 < 5, beyond; row 8's 12 by the pair near 30: 12 / 1.6 < 10
+    assert "row 9" not in text['(d)'] and ": 4, 3.5" in text['(d)'] and "12 (within the seeds' spread ×1.60 of the " \
+                                                                        "threshold)" in text['(d)']
+    near = dict((t[:3], t) for t, _ in claims.table5_claims(rows(r9_kurtosis_first=4.3), spread))
+    assert "4.3 (within the seeds' spread ×1.20 of the threshold)" in near['(d)']   # 4.3 x 1.2 = 5.16 > 5
     missing = claims.table5_claims({n: r for n, r in rows().items() if n != 13})
     assert dict((t[:3], ok) for t, ok in missing)['(g)'] is None
 
