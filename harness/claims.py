@@ -47,14 +47,17 @@ def spread_at(v, regimes):
     return min(regimes, key=lambda cf: abs(math.log(v / cf[0])))[1]
 
 
-def _beyond(a, b, regimes):
-    """' (beyond the seeds' spread x1.23)' or ' (WITHIN ...)' for two values of a metric, judged by the larger of the
-    spreads nearest each; '' without a spread."""
+def _beyond(a, b, regimes, threshold):
+    """For a claim on the ratio a / b of two rows' values: ' (beyond the seeds' spread x1.23)' when the two values differ
+    by more than the larger of the spreads nearest each, ' (WITHIN ...)' otherwise, and '; within x1.51 of the
+    threshold' when the ratio is that close to it: each value may move by its own factor, the ratio by their product.
+    '' without a spread."""
     fa, fb = spread_at(a, regimes), spread_at(b, regimes)
     if fa is None or fb is None:
         return ''
-    factor = max(fa, fb)
-    return f" ({'beyond' if max(a, b) / min(a, b) > factor else 'WITHIN'} the seeds' spread ×{factor:.2f})"
+    factor, ratio, both = max(fa, fb), a / b, fa * fb
+    near = f"; within ×{both:.2f} of the threshold" if ratio / both <= threshold <= ratio * both else ''
+    return f" ({'beyond' if max(a, b) / min(a, b) > factor else 'WITHIN'} the seeds' spread ×{factor:.2f}{near})"
 
 
 def _near(v, threshold, regimes):
@@ -96,7 +99,7 @@ def table5_claims(rows, spreads=None):
                 _all(oks)))
     ratio = None if None in (a.get(5), a.get(2)) or not a[2] else a[5] / a[2]
     out.append((f"(b) softmax-1 (row 5): %First Attn <= 1/2 of row 2's: {_fmt(a.get(5))} / {_fmt(a.get(2))} = "
-                f"{_fmt(ratio)}{_beyond(a.get(5), a.get(2), sa)}", None if ratio is None else ratio <= 0.5))
+                f"{_fmt(ratio)}{_beyond(a.get(5), a.get(2), sa, 0.5)}", None if ratio is None else ratio <= 0.5))
     out.append(("(c) softmax-1 alone keeps the outliers, rows 5-7 (LayerNorm, RMSNorm-M, RMSNorm-S): κ_first >= 10: "
                 + ', '.join(f"row {n} {_fmt(k.get(n))}{_near(k.get(n), 10, sk)}" for n in (5, 6, 7)),
                 _all([at_least(n, k, 10) for n in (5, 6, 7)])))
@@ -107,16 +110,16 @@ def table5_claims(rows, spreads=None):
     ratio = None if None in (a.get(11), a.get(2)) or not a[2] else a[11] / a[2]
     out.append((f"(e) OrthoAdam + softmax-1 + RMSNorm-S (row 11): κ_first <= 5: {_fmt(k.get(11))}"
                 f"{_near(k.get(11), 5, sk)}; %First Attn <= 1/2 of row 2's: {_fmt(a.get(11))} / {_fmt(a.get(2))} = "
-                f"{_fmt(ratio)}{_beyond(a.get(11), a.get(2), sa)}",
+                f"{_fmt(ratio)}{_beyond(a.get(11), a.get(2), sa, 0.5)}",
                 _all([at_most(11, k, 5), None if ratio is None else ratio <= 0.5])))
     ratio = None if None in (a.get(12), a.get(11)) or not a[11] else a[12] / a[11]
     out.append((f"(f) OrthoAdam with softmax (row 12) brings first-token dominance back, %First Attn >= 2x row 11's: "
-                f"{_fmt(a.get(12))} / {_fmt(a.get(11))} = {_fmt(ratio)}{_beyond(a.get(12), a.get(11), sa)}",
+                f"{_fmt(a.get(12))} / {_fmt(a.get(11))} = {_fmt(ratio)}{_beyond(a.get(12), a.get(11), sa, 2)}",
                 None if ratio is None else ratio >= 2))
     ratios = {n: None if None in (k.get(n), k.get(11)) or not k[11] else k[n] / k[11] for n in (13, 14)}
     out.append(("(g) OrthoAdam with RMSNorm-M (row 13) or LayerNorm (row 14) brings the outliers back, κ_first >= 2x "
                 "row 11's (paper: 380.9 and 188.4 against 3.0): " + '; '.join(
-                    f"row {n} {_fmt(k.get(n))} / {_fmt(k.get(11))} = {_fmt(ratios[n])}{_beyond(k.get(n), k.get(11), sk)}"
+                    f"row {n} {_fmt(k.get(n))} / {_fmt(k.get(11))} = {_fmt(ratios[n])}{_beyond(k.get(n), k.get(11), sk, 2)}"
                     for n in (13, 14)), _all([None if r is None else r >= 2 for r in ratios.values()])))
     out.append(("the other tokens' kurtosis E_m[κ_m,>1] by row: " + ', '.join(f"{n} {_fmt(kr.get(n))}"
                                                                             for n in sorted(kr)), INFO))

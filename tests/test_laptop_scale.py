@@ -124,7 +124,7 @@ def test_a_claim_says_whether_the_difference_exceeds_the_seeds_spread():
     spread = {'kurtosis_first': [(3.0, 1.2), (30.0, 1.6)], 'first_attn_argmax': [(0.1, 3.0)]}
     text = dict((t[:3], t) for t, _ in claims.table5_claims(rows(), spread))
     assert "0.09 / 0.2 = 0.45 (beyond the seeds' spread ×3.00)" not in text['(b)']
-    assert "(WITHIN the seeds' spread ×3.00)" in text['(b)']            # 0.2 / 0.09 = 2.2 < 3
+    assert "(WITHIN the seeds' spread ×3.00; within ×9.00 of the threshold)" in text['(b)']   # 2.2 < 3; 0.45 x 9 > 0.5
     # row 13's 12 is nearer 30 than 3 (ln 2.5 < ln 4): the larger spread of the two values, x1.6 < 3.87
     assert "row 13 12 / 3.1 = 3.87 (beyond the seeds' spread ×1.60)" in text['(g)']
     # row 9's 4 is judged by the pair near 3: 4 x 1.2 = 4.8 < 5, beyond; row 8's 12 by the pair near 30: 12 / 1.6 < 10
@@ -132,6 +132,14 @@ def test_a_claim_says_whether_the_difference_exceeds_the_seeds_spread():
                                                                         "threshold)" in text['(d)']
     near = dict((t[:3], t) for t, _ in claims.table5_claims(rows(r9_kurtosis_first=4.3), spread))
     assert "4.3 (within the seeds' spread ×1.20 of the threshold)" in near['(d)']   # 4.3 x 1.2 = 5.16 > 5
+    # a ratio near its threshold: 0.101 / 0.197 = 0.513 differs from 0.5 by less than the ratio's spread 1.1 x 1.1
+    edge = {'first_attn_argmax': [(0.15, 1.1)], 'kurtosis_first': [(3.0, 1.2), (30.0, 1.6)]}
+    text = dict((t[:3], t) for t, _ in claims.table5_claims(rows(r11_first_attn_argmax=0.101, r2_first_attn_argmax=0.197),
+                                                            edge))
+    assert "0.101 / 0.197 = 0.513 (beyond the seeds' spread ×1.10; within ×1.21 of the threshold)" in text['(e)']
+    # 12 / 3.1 = 3.87 is beyond 2 x (1.6 x 1.2 = 1.92) = 3.84 by a hair; 11 / 3.1 = 3.55 is within it
+    assert "3.87 (beyond the seeds' spread ×1.60)" in text['(g)'] and \
+           "3.55 (beyond the seeds' spread ×1.60; within ×1.92 of the threshold)" in text['(g)']
     missing = claims.table5_claims({n: r for n, r in rows().items() if n != 13})
     assert dict((t[:3], ok) for t, ok in missing)['(g)'] is None
 
