@@ -123,6 +123,12 @@ def table5_claims(rows, spreads=None):
                     for n in (13, 14)), _all([None if r is None else r >= 2 for r in ratios.values()])))
     out.append(("the other tokens' kurtosis E_m[κ_m,>1] by row: " + ', '.join(f"{n} {_fmt(kr.get(n))}"
                                                                             for n in sorted(kr)), INFO))
+    m = {n: value(r, 'first_attn_mass') for n, r in rows.items()}   # softmax-1 can lower the weight, not the argmax
+
+    def over(n, d):
+        return _fmt(None if m.get(n) is None or not m.get(d) else m[n] / m[d])
+    out.append(("the first token's mean attention weight by row: " + ', '.join(f"{n} {_fmt(m.get(n))}" for n in sorted(m))
+                + f"; row 5 / row 2 {over(5, 2)}, row 11 / row 2 {over(11, 2)}, row 12 / row 11 {over(12, 11)}", INFO))
     return out
 
 

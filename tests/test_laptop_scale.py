@@ -116,7 +116,21 @@ def test_each_table5_claim_fails_exactly_where_its_threshold_is_crossed(change, 
     lines, verdict = claims.claim_lines(claims.table5_claims(rows(**change)), 'table5 claims')
     failed = [line.split(': ', 1)[1][:3] for line in lines[:-1] if line.startswith('not met')]
     assert failed == ([] if failing is None else [failing]) and verdict is (failing is None)
-    assert lines[-2].startswith("measured (not a claim): the other tokens' kurtosis")
+    assert lines[-3].startswith("measured (not a claim): the other tokens' kurtosis")
+    assert lines[-2].startswith("measured (not a claim): the first token's mean attention weight")
+
+
+def test_the_first_tokens_attention_weight_is_reported_beside_the_claims_on_its_argmax():
+    """softmax-1 sends weight nowhere: the first token's mean weight can halve while it stays the argmax. By hand:
+    0.044 / 0.095 = 0.463, 0.053 / 0.095 = 0.558, 0.059 / 0.053 = 1.11; a row without the metric is '–'."""
+    measured = rows()
+    for n, mass in {2: 0.095, 5: 0.044, 11: 0.053, 12: 0.059}.items():
+        measured[n]['first_attn_mass'] = mass
+    text, ok = claims.table5_claims(measured)[-1]
+    assert ok == claims.INFO and text.startswith("the first token's mean attention weight by row: 1 –, 2 0.095, ")
+    assert text.endswith("; row 5 / row 2 0.463, row 11 / row 2 0.558, row 12 / row 11 1.11")
+    measured[2]['first_attn_mass'] = 0.0   # no division by zero: the ratios to row 2 are '–'
+    assert claims.table5_claims(measured)[-1][0].endswith("row 5 / row 2 –, row 11 / row 2 –, row 12 / row 11 1.11")
 
 
 def test_a_claim_says_whether_the_difference_exceeds_the_seeds_spread():
