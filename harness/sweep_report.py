@@ -28,12 +28,15 @@ def get(results, key):
 
 
 def read_results(run_dir):
-    """A run's analysis.json and quant.json, and the probes of its log.jsonl by iteration ({"300": probe, ...}). A
-    file that cannot be read (e.g. truncated by a killed run) is named in one warning line and left out: its cells
-    show '–' and the other rows render."""
+    """A run's analysis.json and quant.json, and the probes of its log.jsonl: by iteration ({"300": probe, ...}) and
+    as (tokens seen, probe) in iteration order ('probes'; an event without its token count is left out). A file that
+    cannot be read (e.g. truncated by a killed run) is named in one warning line and left out: its cells show '–'
+    and the other rows render."""
     from harness.runs import read_probes   # torch: only when rendering
     log = os.path.join(run_dir, 'log.jsonl')
-    out = {'probe': {str(e['iter']): e['probe'] for e in read_probes(log)} if os.path.isfile(log) else {}}
+    events = read_probes(log) if os.path.isfile(log) else []
+    out = {'probe': {str(e['iter']): e['probe'] for e in events},
+           'probes': [(e['tokens'], e['probe']) for e in events if isinstance(e.get('tokens'), (int, float))]}
     for source, name in (('analysis', 'analysis.json'), ('quant', 'quant.json')):
         path = os.path.join(run_dir, name)
         if os.path.isfile(path):
@@ -147,15 +150,12 @@ def draw_claims(runs, out, found=None):
     """<out>/table5_claims.png: each of Table 5's claims (claims.CLAIM_PANELS) as the probes of the rows it names over
     training, with their measured values at the end (plots.plot_claims); None when no row has a probe yet."""
     from harness import plots
-    from harness.runs import read_probes
     probes, finals, found = {}, {}, found_results(runs) if found is None else found
     for run in runs:
         for name, row in run.rows:
             if name == 'table5':
-                n, log = int(row.config.split('/')[1][:2]), os.path.join(run.cfg['out_dir'], 'log.jsonl')
-                probes[n] = [(e['tokens'], e['probe']) for e in (read_probes(log) if os.path.isfile(log) else [])
-                             if isinstance(e.get('tokens'), (int, float))]   # a line without them: not drawn
-                finals[n] = found[row.config].get('analysis')
+                n = int(row.config.split('/')[1][:2])
+                probes[n], finals[n] = found[row.config].get('probes', []), found[row.config].get('analysis')
     title = ("Table 5's claims over training: the probes (log.jsonl, a few validation documents) of the rows each "
              "claim names; ★ the measured value (analyze.py); dotted, the claim's threshold")
     return plots.plot_claims(claim_series(probes, finals), os.path.join(out, 'table5_claims.png'), title)

@@ -2,7 +2,6 @@
 reaches matrices only, a row trains as a chain of jobs that equals one run and refuses changed data in one line,
 a diverged row is reported under the table, a row's results pack into one tarball within the size limit, and the
 goal checker judges synthetic result files."""
-import io
 import json
 import os
 import tarfile
@@ -285,13 +284,16 @@ def test_a_table_reads_a_training_probe_by_its_iteration(tmp_path):
     repeated iteration wins, as a resumed run logs it again); a run that has not reached it shows nothing."""
     probe = lambda mass: {'per_layer': {'first_attn_mass_nontrigger': [mass]}, 'documents': 64}
     lines = [{'event': 'eval', 'iter': 0, 'probe': probe(0.02)}, {'event': 'probe', 'iter': 300, 'probe': probe(0.4)},
-             {'event': 'probe', 'iter': 300, 'probe': probe(0.5)}, {'event': 'train', 'iter': 310, 'loss': 1.0}]
+             {'event': 'probe', 'iter': 300, 'tokens': 76800, 'probe': probe(0.5)},
+             {'event': 'train', 'iter': 310, 'loss': 1.0}]
     (tmp_path / 'log.jsonl').write_text(''.join(json.dumps(e) + '\n' for e in lines))
     results = sweep_report.read_results(str(tmp_path))
     key = '300.per_layer.first_attn_mass_nontrigger.0'
     assert sweep_report.get(results['probe'], key) == 0.5
     assert sweep_report.get(results['probe'], key.replace('300', '600')) is None
-    assert sweep_report.read_results(str(tmp_path / 'none'))['probe'] == {}
+    # the figures' series: (tokens, probe) in order; iteration 0's line has no token count, so it is not drawn
+    assert results['probes'] == [(76800, probe(0.5))]
+    assert sweep_report.read_results(str(tmp_path / 'none')) == {'probe': {}, 'probes': []}
 
 
 def test_the_eta_counts_rows_in_flight_and_what_resumed_rows_have_left():
