@@ -5,7 +5,7 @@ Written into data/<name>/meta.json ("provenance"), a run's log.jsonl (one {"even
 line for every job that trains: a fresh start and each resume), and the JSON of analyze.py and eval_quant.py
 ("provenance"). The record:
     {"commit": "<40 hex>" (+ "-dirty" when tracked files differ from it) or null outside a git checkout,
-     "corpus_manifest_sha256", "python", "torch", "numpy", "device" (e.g. "cpu (2 cores)", "NVIDIA H100 80GB HBM3"),
+     "corpus_manifest_sha256", "python", "torch", "numpy", "device" (e.g. "cpu (2 cores, AMD EPYC)", "NVIDIA H100 80GB HBM3"),
      "data": {"train": sha256, "val": sha256} (when the data is known)}
 """
 import functools
@@ -37,15 +37,33 @@ def git_commit():
     return lines[1] + ('-dirty' if dirty.returncode == 0 and dirty.stdout.strip() else '')
 
 
+def cpu_model(cpuinfo='/proc/cpuinfo'):
+    """The CPU's model name as the kernel reports it (the first 'model name' of /proc/cpuinfo; a virtual machine may
+    shorten it, e.g. 'AMD EPYC'), else platform.processor(); None when neither says. Two CPUs can round the same
+    fp32 training differently, so a CPU run's numbers are tied to it."""
+    try:
+        with open(cpuinfo, errors='replace') as f:
+            for line in f:
+                key, _, value = line.partition(':')
+                if key.strip() == 'model name' and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def device_name(device=None):
-    """'cpu (N cores)' or the CUDA device's name; None when no device is involved (data preparation)."""
+    """'cpu (N cores, <model>)' or the CUDA device's name; None when no device is involved (data preparation)."""
     if device is None:
         return None
     import torch   # only here: data preparation records provenance without loading torch
     device = torch.device(device)
     if device.type == 'cuda' and torch.cuda.is_available():
         return torch.cuda.get_device_name(device)
-    return f"{device.type} ({os.cpu_count()} cores)" if device.type == 'cpu' else device.type
+    if device.type != 'cpu':
+        return device.type
+    model = cpu_model()
+    return f"cpu ({os.cpu_count()} cores{', ' + model if model else ''})"
 
 
 def _version(package):

@@ -26,9 +26,27 @@ def test_the_record_against_git_hashlib_and_torch():
         assert rec['commit'].removesuffix('-dirty') == head.stdout.strip()
     with open(os.path.join(ROOT, 'pinned_corpus/manifest.json'), 'rb') as f:
         assert rec['corpus_manifest_sha256'] == hashlib.sha256(f.read()).hexdigest()
-    assert rec['torch'] == torch.__version__ and rec['device'] == f'cpu ({os.cpu_count()} cores)'
+    assert rec['torch'] == torch.__version__ and rec['device'].startswith(f'cpu ({os.cpu_count()} cores')
     assert rec['data'] == {'train': 'a', 'val': 'b'}
     assert provenance.record()['device'] is None and 'data' not in provenance.record()
+
+
+def test_a_cpu_device_names_the_cpu_model_the_kernel_reports(tmp_path, monkeypatch):
+    """Two CPUs can round one fp32 training differently, so a CPU record names the model: /proc/cpuinfo's first
+    'model name' (one line per core; other fields and a blank value skipped), else platform.processor()."""
+    info = tmp_path / 'cpuinfo'
+    info.write_text('processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: \nmodel\t\t: 106\n'
+                    'model name\t: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz\n\nprocessor\t: 1\n'
+                    'model name\t: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz\n')
+    assert provenance.cpu_model(str(info)) == 'Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz'
+    monkeypatch.setattr(provenance.platform, 'processor', lambda: 'x86_64')
+    assert provenance.cpu_model(str(tmp_path / 'none')) == 'x86_64'
+    monkeypatch.setattr(provenance.platform, 'processor', lambda: '')
+    assert provenance.cpu_model(str(tmp_path / 'none')) is None
+    monkeypatch.setattr(provenance, 'cpu_model', lambda: 'AMD EPYC')
+    assert provenance.device_name('cpu') == f'cpu ({os.cpu_count()} cores, AMD EPYC)'
+    monkeypatch.setattr(provenance, 'cpu_model', lambda: None)
+    assert provenance.device_name('cpu') == f'cpu ({os.cpu_count()} cores)'
 
 
 def test_a_copy_without_git_inside_another_repository_records_no_commit(tmp_path):
