@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import devices  # noqa: E402
 from orthoadam import OrthoAdam  # noqa: E402
 
 # (name, shape, shard axis, group options): axes Q rotates under each option are in the comments
@@ -62,7 +63,8 @@ def main():
         expected = dense_algorithm1(full, grads, ref_opt.dense_factors(plain)).view(shape)
         if dist.get_rank() == 0:
             print(f"case {name} {(result.double() - expected).abs().max().item():.3e}", flush=True)
-    dist.destroy_process_group()
+    del param, opt   # the DTensors hold the mesh, the mesh its gloo group: teardown joins its threads before exit
+    devices.teardown()
 
 
 if __name__ == '__main__':
