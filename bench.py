@@ -69,6 +69,7 @@ from harness.bench_report import attn_key, derive, report, spread, unreliable
 from harness.devices import peak_flops
 from harness.entry import run_script
 from harness.fileio import check_output, disk_full, disk_full_text, integer, path_arg, write_json
+from harness import provenance
 from harness.optimizers import configure_optimizer
 from harness.train_config import DEFAULTS
 from model import GPT, GPTConfig
@@ -595,8 +596,9 @@ def main(argv=None):
     repeats = args.repeats or p['repeats']
     compile = device.type == 'cuda' if args.compile is None else args.compile
 
-    name = torch.cuda.get_device_name(device) if device.type == 'cuda' else f"cpu ({os.cpu_count()} cores, " \
-        f"{torch.get_num_threads()} threads)"
+    name = provenance.device_name(device)   # a CPU names its model: two CPUs' ratios differ
+    if device.type == 'cpu':
+        name = f"{name[:-1]}, {torch.get_num_threads()} threads)"
     load_start = os.getloadavg()[0]
     busy = (f"the machine was busy at the start: 1-minute load average {load_start:.2f} on {os.cpu_count()} cores"
             if device.type == 'cpu' and load_start > max(0.5, os.cpu_count() / 10) else None)

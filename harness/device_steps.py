@@ -81,11 +81,12 @@ class Call:
 
 
 def device_name():
-    try:
-        import torch
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({os.cpu_count()} cores)"
-    except ImportError:
+    """The machine's device as every output's provenance names it (harness/provenance.py); None without torch."""
+    if importlib.util.find_spec('torch') is None:
         return None
+    import torch
+    from harness import provenance
+    return provenance.device_name('cuda' if torch.cuda.is_available() else 'cpu')
 
 
 def torch_version():
