@@ -82,6 +82,8 @@ def render(name, runs, scale_name, scale, out='.', found=None):
             e = state['event']
             notes.append(f"config/{row.config}.py DIVERGED at iteration {e['iter']} (val loss {e['val_loss']:.4g} > "
                          f"best {e['best_val_loss']:.4f} + ln {e['divergence_factor']:g}); its cells are empty")
+        elif state['state'] == 'none':   # e.g. a results folder copied without the rows still training
+            notes.append(f"config/{row.config}.py not trained: no log.jsonl in {os.path.relpath(run.cfg['out_dir'], out)}")
         elif state['state'] != 'finished':
             notes.append(f"config/{row.config}.py not finished: iteration {state['iter']} of {run.cfg['max_iters']}")
         lines.append(cells)

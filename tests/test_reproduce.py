@@ -348,6 +348,24 @@ def test_goal_with_a_perplexity_of_zero_is_missing_not_a_traceback(capsys, tmp_p
     assert 'MISSING: s1+OA PPL within 2% of vanilla' in printed and 'met: vanilla first_attn_argmax' in printed
 
 
+def test_render_names_a_row_not_trained_apart_from_a_row_stopped_midway(tmp_path):
+    """A row with no log.jsonl (a results folder copied while rows still trained) read 'not finished: iteration 0 of
+    N', as if it had started; it says it was not trained. A stopped row says where it stopped."""
+    out = str(tmp_path / 'out')
+    rows = ['gpt2_60m_vanilla', 'gpt2_60m_s1oa']
+    planned = finished_rows(out, rows, {r: {'ppl': 30.0} for r in rows})
+    os.remove(os.path.join(planned[1].cfg['out_dir'], 'analysis.json'))
+    with open(os.path.join(planned[0].cfg['out_dir'], 'log.jsonl'), 'w') as f:
+        f.write(json.dumps({'iter': 2, 'event': 'eval', 'val_loss': 4.0}) + '\n')
+    reproduce.main(['table2', '--scale', 'smoke', '--rows', *rows, '--out', out, '--render'])
+    with open(os.path.join(out, 'smoke', 'table2.md')) as f:
+        md = f.read()
+    stopped, untrained = (os.path.relpath(r.cfg['out_dir'], os.path.join(out, 'smoke')) for r in planned)
+    assert f"config/table2/gpt2_60m_vanilla.py not finished: iteration 2 of {planned[0].cfg['max_iters']}" in md
+    assert f"config/table2/gpt2_60m_s1oa.py not trained: no log.jsonl in {untrained}" in md
+    assert 'iteration 0 of' not in md
+
+
 def test_pack_that_packs_nothing_is_an_error(capsys, tmp_path, monkeypatch):
     """--pack exited 0 when nothing was packed: into an existing file or a read-only folder (refused before any
     work), or a pack over 16 MiB (refused when packing: the exit status says so, the other rows are packed)."""
