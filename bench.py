@@ -596,9 +596,8 @@ def main(argv=None):
     repeats = args.repeats or p['repeats']
     compile = device.type == 'cuda' if args.compile is None else args.compile
 
-    name = provenance.device_name(device)   # a CPU names its model: two CPUs' ratios differ
-    if device.type == 'cpu':
-        name = f"{name[:-1]}, {torch.get_num_threads()} threads)"
+    # a CPU names its model and threads: two CPUs' ratios differ
+    name = provenance.device_name(device, detail=f'{torch.get_num_threads()} threads')
     load_start = os.getloadavg()[0]
     busy = (f"the machine was busy at the start: 1-minute load average {load_start:.2f} on {os.cpu_count()} cores"
             if device.type == 'cpu' and load_start > max(0.5, os.cpu_count() / 10) else None)

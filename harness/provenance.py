@@ -52,8 +52,10 @@ def cpu_model(cpuinfo='/proc/cpuinfo'):
     return platform.processor() or None
 
 
-def device_name(device=None):
-    """'cpu (N cores, <model>)' or the CUDA device's name; None when no device is involved (data preparation)."""
+def device_name(device=None, detail=None):
+    """'cpu (N cores, <model>)' or the CUDA device's name; None when no device is involved (data preparation).
+
+    `detail` (e.g. '2 threads') joins a CPU's parentheses: 'cpu (N cores, <model>, 2 threads)'."""
     if device is None:
         return None
     import torch   # only here: data preparation records provenance without loading torch
@@ -62,8 +64,8 @@ def device_name(device=None):
         return torch.cuda.get_device_name(device)
     if device.type != 'cpu':
         return device.type
-    model = cpu_model()
-    return f"cpu ({os.cpu_count()} cores{', ' + model if model else ''})"
+    parts = [f'{os.cpu_count()} cores', cpu_model(), detail]
+    return f"cpu ({', '.join(part for part in parts if part)})"
 
 
 def _version(package):

@@ -45,8 +45,10 @@ def test_a_cpu_device_names_the_cpu_model_the_kernel_reports(tmp_path, monkeypat
     assert provenance.cpu_model(str(tmp_path / 'none')) is None
     monkeypatch.setattr(provenance, 'cpu_model', lambda: 'AMD EPYC')
     assert provenance.device_name('cpu') == f'cpu ({os.cpu_count()} cores, AMD EPYC)'
+    assert provenance.device_name('cpu', detail='2 threads') == f'cpu ({os.cpu_count()} cores, AMD EPYC, 2 threads)'
     monkeypatch.setattr(provenance, 'cpu_model', lambda: None)
     assert provenance.device_name('cpu') == f'cpu ({os.cpu_count()} cores)'
+    assert provenance.device_name('cpu', detail='2 threads') == f'cpu ({os.cpu_count()} cores, 2 threads)'
 
 
 def test_a_copy_without_git_inside_another_repository_records_no_commit(tmp_path):
