@@ -29,7 +29,8 @@ No child that start_child() started outlives the script. A child runs in a sessi
 once, from its parent: the terminal's Ctrl-C reaches the script alone, and a SIGTERM sent to the script's pid alone
 (a scheduler's, `kill`) reaches the child too. The script passes the signal on at once to each child's process group
 (with the child's own children: torchrun's ranks, a pool's workers), waits up to GRACE_S for them (train.py finishes
-its step and writes its checkpoint), then kills what is left (SIGKILL). However main ends, a child still running is
+its step and writes its checkpoint), then kills what is left (SIGKILL: the child's group and every process below
+it, found before it dies, since a child killed before it passed the signal on would orphan its own children). However main ends, a child still running is
 stopped the same way (SIGTERM, then SIGKILL). Once a signal has arrived, start_child() starts nothing: it raises the
 signal's exception in the thread that called it (reproduce.py's rows run in threads).
 
@@ -85,7 +86,7 @@ def stop_child(proc, signum=signal.SIGTERM, grace=GRACE_S):
     try:
         return proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        _signal_group(proc, signal.SIGKILL)
+        _kill(proc)
         return proc.wait()
 
 
@@ -206,6 +207,39 @@ def _signal_group(proc, signum):
         pass
 
 
+def _descendants(pid):
+    """Every process below pid, from each process's parent in /proc/<pid>/stat (none where there is no /proc)."""
+    below = {}
+    try:
+        names = os.listdir('/proc')
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with open(f'/proc/{name}/stat') as f:
+                below.setdefault(int(f.read().rsplit(')', 1)[1].split()[1]), []).append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        children = below.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def _kill(proc):
+    """SIGKILL a child that outlived its grace: its group, and every process below it, found before it dies (a child
+    killed before it passed a signal on would orphan the children it started in sessions of their own)."""
+    below = _descendants(proc.pid)
+    _signal_group(proc, signal.SIGKILL)
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _end_children(signum):
     """Every child still running gets signum (once: not one the signal handler reached already), up to GRACE_S to
     end, then SIGKILL."""
@@ -221,7 +255,7 @@ def _end_children(signum):
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
+            _kill(proc)
             proc.wait()
         _signal_group(proc, signal.SIGKILL)   # what the child left in its group (a rank, a worker) ends with it
     with _lock:

@@ -230,18 +230,30 @@ def launch(cmd, **kwargs):
 
 
 def read_until(stream, pattern, timeout=120, count=1):
-    """Lines of stream up to the count-th that matches pattern (on a thread: a pipe read has no timeout)."""
+    """Lines of stream up to the count-th match of pattern (multiline) in them (on a thread: a pipe read has no
+    timeout). Matches are counted in the text, not one a line: processes that share the pipe under
+    PYTHONUNBUFFERED=1 write `print`'s text and its newline in two writes, so two lines can interleave to
+    'readyready\n\n'."""
     lines, seen = [], threading.Event()
 
     def read():
         for line in stream:
             lines.append(line)
-            if sum(bool(re.search(pattern, x)) for x in lines) == count:
+            if len(re.findall(pattern, ''.join(lines), re.M)) >= count:
                 seen.set()
                 return
     threading.Thread(target=read, daemon=True).start()
     assert seen.wait(timeout), ''.join(lines)
     return lines
+
+
+def test_read_until_counts_two_lines_that_interleaved_in_the_pipe():
+    """The signal tests' wait for 'working' and two 'ready's: two children's `print`s interleaved (text, text, then
+    the two newlines) were one matching line, and the wait ran out its 120 s (CI, docs/tests.md)."""
+    import io
+    assert read_until(io.StringIO('working\nreadyready\n\n'), 'working|ready', timeout=5, count=3)
+    with pytest.raises(AssertionError):
+        read_until(io.StringIO('working\nready\n'), 'working|ready', timeout=0.5, count=3)
 
 
 PARENT = """import signal, sys, time
@@ -282,7 +294,7 @@ def test_a_signal_mid_work_is_one_line_and_no_child_outlives_the_script(tmp_path
     script = tmp_path / 'parent.py'
     script.write_text(PARENT.format(root=ROOT))
     proc = launch([sys.executable, str(script)], env=dict(os.environ, PYTHONUNBUFFERED='1'))
-    read_until(proc.stdout, '^(working|ready)', count=3)   # the children set up their signals, then say so
+    read_until(proc.stdout, 'working|ready', count=3)   # the children set up their signals, then say so
     below = waiting_for(lambda: len(descendants(proc.pid)) == 3 and descendants(proc.pid))
     assert below and all(running(p) for p in below)   # the child, its child, the stubborn one
     proc.send_signal(sig)
@@ -291,6 +303,33 @@ def test_a_signal_mid_work_is_one_line_and_no_child_outlives_the_script(tmp_path
     assert proc.returncode == 128 + sig and err.replace(child_line, '') == f"parent.py: stopped by {sig.name}\n", err
     time.sleep(0.2)
     assert [p for p in below if running(p)] == []
+
+
+def test_a_child_killed_before_it_passed_the_signal_on_leaves_none_of_its_children(tmp_path):
+    """A child that gets no CPU through the grace (stopped here; a loaded machine's slow child in the CI flake of
+    docs/tests.md) is SIGKILLed before its handler reached its own child, which runs in a session of its own: the
+    `sleep 300` below it outlived everything and held the test's pipes open. Everything below the child dies with it."""
+    script = tmp_path / 'parent.py'
+    script.write_text(PARENT.format(root=ROOT))
+    proc = launch([sys.executable, str(script)], env=dict(os.environ, PYTHONUNBUFFERED='1'))
+    read_until(proc.stdout, 'working|ready', count=3)
+    below = waiting_for(lambda: len(descendants(proc.pid)) == 3 and descendants(proc.pid))
+    assert below and all(running(p) for p in below)
+    (child,) = [p for p in below if descendants(p)]   # the one with a child of its own: CHILD, above `sleep 300`
+    os.kill(child, signal.SIGSTOP)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM and err == "parent.py: stopped by SIGTERM\n", err
+        time.sleep(0.2)
+        assert [p for p in below if running(p)] == []
+    except BaseException:   # a failure leaves no `sleep 300` behind
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        raise
 
 
 @pytest.fixture(scope='module')
