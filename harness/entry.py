@@ -207,7 +207,7 @@ def _signal_group(proc, signum):
         pass
 
 
-def _descendants(pid):
+def descendants(pid):
     """Every process below pid, from each process's parent in /proc/<pid>/stat (none where there is no /proc)."""
     below = {}
     try:
@@ -231,7 +231,7 @@ def _descendants(pid):
 def _kill(proc):
     """SIGKILL a child that outlived its grace: its group, and every process below it, found before it dies (a child
     killed before it passed a signal on would orphan the children it started in sessions of their own)."""
-    below = _descendants(proc.pid)
+    below = descendants(proc.pid)
     _signal_group(proc, signal.SIGKILL)
     for pid in below:
         try:

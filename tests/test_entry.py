@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ROOT, write_dataset
 from harness import entry, fileio
-from harness.entry import Stopped, run_script, start_child
+from harness.entry import Stopped, descendants, run_script, start_child
 from test_layout import SCRIPT_FOLDERS, SCRIPTS
 
 
@@ -189,23 +189,6 @@ def test_once_a_signal_has_arrived_no_child_starts(capsys):
 
 
 # ----------------------------------------------------------------------------- real processes
-def descendants(pid):
-    """Every process below pid (psutil-free: the parent of each process in /proc/<pid>/stat)."""
-    below = {}
-    for name in os.listdir('/proc'):
-        try:
-            with open(f'/proc/{name}/stat') as f:
-                below.setdefault(int(f.read().rsplit(')', 1)[1].split()[1]), []).append(int(name))
-        except (OSError, ValueError, IndexError):
-            continue
-    found, todo = [], [pid]
-    while todo:
-        children = below.get(todo.pop(), [])
-        found += children
-        todo += children
-    return found
-
-
 def waiting_for(what, timeout=30):
     """what() once it is true (polled), else the last value."""
     deadline = time.time() + timeout
