@@ -391,6 +391,6 @@ def plot_effects(points, path, title):
         ax.xaxis.set_major_formatter(FormatStrFormatter('%g'))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3, which='both')
-    fig.legend(loc='outside right upper', fontsize=8)
+    fig.legend(loc='outside right center', fontsize=8)
     fig.suptitle(title)
     return _save(fig, path)
