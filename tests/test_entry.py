@@ -232,7 +232,8 @@ def read_until(stream, pattern, timeout=120, count=1):
 
 def test_read_until_counts_two_lines_that_interleaved_in_the_pipe():
     """The signal tests' wait for 'working' and two 'ready's: two children's `print`s interleaved (text, text, then
-    the two newlines) were one matching line, and the wait ran out its 120 s (CI, docs/tests.md)."""
+    the two newlines) were one matching line, and the wait would run out its 120 s (docs/tests.md: a CI failure's
+    possible cause)."""
     import io
     assert read_until(io.StringIO('working\nreadyready\n\n'), 'working|ready', timeout=5, count=3)
     with pytest.raises(AssertionError):
