@@ -31,8 +31,9 @@ once, from its parent: the terminal's Ctrl-C reaches the script alone, and a SIG
 (with the child's own children: torchrun's ranks, a pool's workers), waits up to GRACE_S for them (train.py finishes
 its step and writes its checkpoint), then kills what is left (SIGKILL: the child's group and every process below
 it, found before it dies, since a child killed before it passed the signal on would orphan its own children).
-However main ends, a child still running is stopped the same way (SIGTERM, then SIGKILL). Once a signal has arrived, start_child() starts nothing: it raises the
-signal's exception in the thread that called it (reproduce.py's rows run in threads).
+However main ends, a child still running is stopped the same way (SIGTERM, then SIGKILL). Once a signal has
+arrived, start_child() starts nothing: it raises the signal's exception in the thread that called it (reproduce.py's
+rows run in threads).
 
 torchrun is not one of these scripts: a signal to it ends its ranks (each a train.py: its checkpoint, exit 128 + N),
 and it exits 1 (docs/training.md, "Stopping").
