@@ -270,17 +270,24 @@ if __name__ == '__main__':
 """
 
 
+def start_parent(tmp_path):
+    """PARENT running, once its children have set up their signals and said so: (its process, the three below it:
+    the child, its child, the stubborn one)."""
+    script = tmp_path / 'parent.py'
+    script.write_text(PARENT.format(root=ROOT))
+    proc = launch([sys.executable, str(script)], env=dict(os.environ, PYTHONUNBUFFERED='1'))
+    read_until(proc.stdout, 'working|ready', count=3)
+    below = waiting_for(lambda: len(descendants(proc.pid)) == 3 and descendants(proc.pid))
+    assert below and all(running(p) for p in below)
+    return proc, below
+
+
 @pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_mid_work_is_one_line_and_no_child_outlives_the_script(tmp_path, sig):
     """`kill <pid of reproduce.py>` left its train.py running, orphaned (and gpu_queue.py two children). A signal to
     the script alone now reaches every child it started, their children with them; one that ignores the signal is
     killed after GRACE_S; the script says how it ended in one line and exits 128 + the signal's number."""
-    script = tmp_path / 'parent.py'
-    script.write_text(PARENT.format(root=ROOT))
-    proc = launch([sys.executable, str(script)], env=dict(os.environ, PYTHONUNBUFFERED='1'))
-    read_until(proc.stdout, 'working|ready', count=3)   # the children set up their signals, then say so
-    below = waiting_for(lambda: len(descendants(proc.pid)) == 3 and descendants(proc.pid))
-    assert below and all(running(p) for p in below)   # the child, its child, the stubborn one
+    proc, below = start_parent(tmp_path)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     child_line = f"-c: stopped by {sig.name}\n"   # the child's own line (it writes to the same stderr)
@@ -293,12 +300,7 @@ def test_a_child_killed_before_it_passed_the_signal_on_leaves_none_of_its_childr
     """A child that gets no CPU through the grace (stopped here; a loaded machine's slow child in the CI flake of
     docs/tests.md) is SIGKILLed before its handler reached its own child, which runs in a session of its own: the
     `sleep 300` below it outlived everything and held the test's pipes open. Everything below the child dies with it."""
-    script = tmp_path / 'parent.py'
-    script.write_text(PARENT.format(root=ROOT))
-    proc = launch([sys.executable, str(script)], env=dict(os.environ, PYTHONUNBUFFERED='1'))
-    read_until(proc.stdout, 'working|ready', count=3)
-    below = waiting_for(lambda: len(descendants(proc.pid)) == 3 and descendants(proc.pid))
-    assert below and all(running(p) for p in below)
+    proc, below = start_parent(tmp_path)
     (child,) = [p for p in below if descendants(p)]   # the one with a child of its own: CHILD, above `sleep 300`
     os.kill(child, signal.SIGSTOP)
     proc.send_signal(signal.SIGTERM)
